@@ -1,0 +1,54 @@
+# kvtier: every target sets itself up (venv, pip, npm) on a fresh machine and reuses what is there.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# jsii and the CDK CLI use the Node release pinned in package.json (Node 20 is end-of-life for jsii).
+export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
+export CDK_DISABLE_CLI_TELEMETRY := true
+# LMCache's config parser, for the test that checks the settings we emit (tooling.md: no torch needed).
+LMCACHE_VERSION := 0.4.1
+
+.PHONY: help setup synth test lint pytest bench-synth crds clean
+
+help:
+	@echo "make synth   set up, then synthesize the default environment into cdk.out/ and dist/"
+	@echo "make test    set up, then run linters and the whole test suite"
+	@echo "make bench-synth   time the synth against a minimal CDK app, write docs/benchmarks.md"
+	@echo "make crds    fetch the pinned upstream CRDs into .crds/ (needs network)"
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PIP) install --quiet --disable-pip-version-check --no-deps lmcache==$(LMCACHE_VERSION)
+	$(PIP) install --quiet --disable-pip-version-check --no-deps -e .
+	touch $@
+
+node_modules/.installed: package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+setup: $(VENV)/.installed node_modules/.installed
+
+synth: setup
+	cdk synth --quiet
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+pytest: setup
+	$(PY) -m pytest
+
+test: lint pytest
+
+bench-synth: setup
+	$(PY) -m kvtier.benchsynth
+
+crds:
+	bash scripts/fetch-crds.sh
+
+clean:
+	rm -rf cdk.out dist .pytest_cache .mypy_cache .ruff_cache

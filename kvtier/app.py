@@ -1,0 +1,39 @@
+"""The CDK app: load and validate the configuration, build the stacks of one environment, synthesize."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+
+from kvtier.config.loader import DEFAULT_ENV, Config, load_config, resolve_config_dir
+from kvtier.dist import write_dist
+from kvtier.errors import ConfigError, ExitCode
+from kvtier.stacks import EnvironmentStacks, build_environment
+
+
+def load_from_context(app: cdk.App) -> Config:
+    """`-c env=<name>` (default dev) and `-c config_dir=<dir>` (else $KVTIER_CONFIG_DIR, else ./config)."""
+    env_name = app.node.try_get_context("env") or DEFAULT_ENV
+    return load_config(resolve_config_dir(app.node.try_get_context("config_dir")), str(env_name))
+
+
+def build(app: cdk.App, config: Config) -> EnvironmentStacks:
+    return build_environment(app, config)
+
+
+def main() -> int:
+    app = cdk.App(outdir=os.environ.get("CDK_OUTDIR", "cdk.out"))
+    try:
+        config = load_from_context(app)
+    except ConfigError as err:
+        print(f"kvtier synth: {err}", file=sys.stderr)
+        return int(ExitCode.USAGE)
+    for warning in config.warnings:
+        print(f"kvtier synth: warning: {warning}", file=sys.stderr)
+    stacks = build(app, config)
+    app.synth()
+    write_dist(Path("dist"), config.env.name, {s.stack_name: s.outputs for s in stacks.all})
+    return int(ExitCode.OK)

@@ -1,0 +1,54 @@
+"""Shared pieces of the configuration model: a strict base class and reusable field checks."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, TypeVar
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Strict
+
+T = TypeVar("T")
+# YAML gives lists; models keep immutable tuples. Items stay strict.
+Items = Annotated[tuple[T, ...], Strict(False)]
+
+RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class StrictModel(BaseModel):
+    """Unknown keys are errors, types are not coerced ("2" is not 2), and loaded values never change."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+def rfc1123_label(max_len: int, what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if len(value) > max_len:
+            raise ValueError(f"'{value}' has {len(value)} characters; use at most {max_len} for the {what}")
+        if not RFC1123_LABEL.match(value):
+            raise ValueError(
+                f"'{value}' is not a valid {what}; use lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+def positive(value: int | float) -> int | float:
+    if value <= 0:
+        raise ValueError(f"{value} is not positive; use a number greater than 0")
+    return value
+
+
+PositiveInt = Annotated[int, AfterValidator(positive)]
+PositiveFloat = Annotated[float, AfterValidator(positive)]
+
+
+class FieldError(ValueError):
+    """A model-level check that knows which field is wrong: `at` is a path relative to the model."""
+
+    def __init__(self, at: str, problem: str, allowed: str) -> None:
+        self.at = at
+        self.problem = problem
+        self.allowed = allowed
+        super().__init__(f"{problem}; {allowed}")

@@ -1,0 +1,48 @@
+"""`eks` section: the EKS control plane."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, model_validator
+
+from kvtier.config.base import FieldError, Items, StrictModel
+
+_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
+
+
+def _principal(value: str) -> str:
+    if not _PRINCIPAL.match(value):
+        raise ValueError(
+            f"'{value}' is not an IAM principal ARN; use arn:aws:iam::<12-digit account>:role/<name> or :user/<name>"
+        )
+    return value
+
+
+def _cidr(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"'{value}' is not an IPv4 CIDR ({err}); write it like 203.0.113.0/24") from None
+    return value
+
+
+class EksConfig(StrictModel):
+    # public_and_private: nodes use the private endpoint, people the public one (restrict it below);
+    # private: reachable only from inside the VPC (deploy from a runner in the VPC or over a VPN).
+    endpoint_access: Literal["public_and_private", "private"] = "public_and_private"
+    public_access_cidrs: Items[Annotated[str, AfterValidator(_cidr)]] = ("0.0.0.0/0",)
+    admins: Items[Annotated[str, AfterValidator(_principal)]] = ()
+
+    @model_validator(mode="after")
+    def _private_has_no_public_cidrs(self) -> EksConfig:
+        if self.endpoint_access == "private" and "public_access_cidrs" in self.model_fields_set:
+            raise FieldError(
+                "public_access_cidrs",
+                "a private-only endpoint has no public access to restrict",
+                "remove public_access_cidrs, or use endpoint_access: public_and_private",
+            )
+        return self

@@ -1,0 +1,137 @@
+"""The environment file (`environments/<env>.yaml`): one AWS account and region, one HyperPod cluster."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, Field, model_validator
+
+from kvtier.catalog import INSTANCE_TYPES, InstanceType, with_overrides
+from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
+from kvtier.config.eks import EksConfig
+from kvtier.config.hyperpod import HyperPodConfig, InstanceGroup, Role
+from kvtier.config.network import NetworkConfig, plan_subnets
+from kvtier.versions import KUBERNETES_VERSION, UPGRADE_HINT
+
+ENV_NAME_MAX = 12
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+_ACCOUNT = re.compile(r"^\d{12}$")
+_RESERVED_TAG_PREFIXES = ("aws:", "kvtier:")
+
+
+def _region(value: str) -> str:
+    if not _REGION.match(value):
+        raise ValueError(f"'{value}' is not an AWS region name; write it like us-west-2")
+    return value
+
+
+def _account(value: str | None) -> str | None:
+    if value is not None and not _ACCOUNT.match(value):
+        raise ValueError(
+            f"'{value}' is not an AWS account id; use 12 digits in quotes (\"123456789012\"), or null "
+            "for an environment-agnostic synth"
+        )
+    return value
+
+
+def _kubernetes_version(value: str) -> str:
+    if value != KUBERNETES_VERSION:
+        raise ValueError(f"Kubernetes '{value}' is not supported; use \"{KUBERNETES_VERSION}\" ({UPGRADE_HINT})")
+    return value
+
+
+def _tags(value: dict[str, str]) -> dict[str, str]:
+    for key, val in value.items():
+        if not 1 <= len(key) <= 128 or len(val) > 256:
+            raise ValueError(f"tag '{key}' is too long; keys have 1-128 characters and values at most 256")
+        if key.lower().startswith(_RESERVED_TAG_PREFIXES):
+            raise ValueError(f"tag '{key}' uses a reserved prefix; 'aws:' belongs to AWS and 'kvtier:' to kvtier")
+    if len(value) > 40:
+        raise ValueError(f"{len(value)} tags given; use at most 40 (AWS allows 50 and kvtier adds its own)")
+    return value
+
+
+CatalogOverrides = dict[str, dict[str, float | int]]
+
+
+class Environment(StrictModel):
+    name: Annotated[str, rfc1123_label(ENV_NAME_MAX, "environment name (RFC 1123 label)")]
+    region: Annotated[str, AfterValidator(_region)]
+    account: Annotated[str | None, AfterValidator(_account)] = None
+    availability_zones: Annotated[Items[str], Field(min_length=2, max_length=6)]
+    kubernetes_version: Annotated[str, AfterValidator(_kubernetes_version)] = KUBERNETES_VERSION
+    network: NetworkConfig = NetworkConfig()
+    eks: EksConfig = EksConfig()
+    hyperpod: HyperPodConfig
+    catalog_overrides: CatalogOverrides = Field(default_factory=dict)
+    tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> Environment:
+        for i, az in enumerate(self.availability_zones):
+            if not re.fullmatch(re.escape(self.region) + r"[a-z]", az):
+                raise FieldError(
+                    f"availability_zones[{i}]",
+                    f"zone '{az}' is not in region {self.region}",
+                    f"use zones of {self.region}, like {self.region}a and {self.region}b",
+                )
+        if len(set(self.availability_zones)) != len(self.availability_zones):
+            raise FieldError("availability_zones", "a zone is listed twice", "list each zone once")
+        if plan_subnets(self.network.cidr, len(self.availability_zones), self.network.private_subnet_mask) is None:
+            raise FieldError(
+                "network.cidr",
+                f"{self.network.cidr} cannot hold a public /24 and a private /{self.network.private_subnet_mask} "
+                f"in each of {len(self.availability_zones)} zones",
+                "use a larger cidr (smaller prefix) or a larger network.private_subnet_mask",
+            )
+        if self.network.nat_gateways > len(self.availability_zones):
+            raise FieldError(
+                "network.nat_gateways",
+                f"{self.network.nat_gateways} NAT gateways for {len(self.availability_zones)} zones",
+                "use at most one NAT gateway per zone",
+            )
+        for type_name, facts in self.catalog_overrides.items():
+            if type_name not in INSTANCE_TYPES:
+                raise FieldError(
+                    f"catalog_overrides.{type_name}",
+                    f"'{type_name}' is not in the catalog",
+                    f"use one of {', '.join(sorted(INSTANCE_TYPES))}",
+                )
+            allowed = sorted(INSTANCE_TYPES[type_name].unverified)
+            for fact, value in facts.items():
+                if fact not in allowed:
+                    raise FieldError(
+                        f"catalog_overrides.{type_name}.{fact}",
+                        "this fact is verified in the catalog and cannot be overridden",
+                        f"overridable facts of {type_name}: {', '.join(allowed)}",
+                    )
+                if value <= 0:
+                    raise FieldError(
+                        f"catalog_overrides.{type_name}.{fact}",
+                        f"{value} is not positive",
+                        "use a number above 0",
+                    )
+        for i, group in enumerate(self.hyperpod.instance_groups):
+            if self.region not in INSTANCE_TYPES[group.instance_type].regions:
+                raise FieldError(
+                    f"hyperpod.instance_groups[{i}].instance_type",
+                    f"{group.instance_type} is not offered by HyperPod in {self.region} (cfn-lint's region list)",
+                    "pick a region where it is offered, or another instance type",
+                )
+        return self
+
+    @property
+    def eks_cluster_name(self) -> str:
+        return f"kvtier-{self.name}"
+
+    @property
+    def hyperpod_cluster_name(self) -> str:
+        return self.hyperpod.cluster_name or f"kvtier-{self.name}"
+
+    def instance(self, type_name: str) -> InstanceType:
+        """The catalog entry for `type_name` with this environment's overrides applied."""
+        return with_overrides(INSTANCE_TYPES[type_name], self.catalog_overrides.get(type_name, {}))
+
+    def groups(self, role: Role) -> tuple[InstanceGroup, ...]:
+        return self.hyperpod.groups(role)

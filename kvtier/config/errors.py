@@ -1,0 +1,143 @@
+"""Turn pydantic validation errors into `<file>: <field path>: <problem>; <what is allowed>` problems."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Sequence
+from typing import Any, Union
+
+from pydantic import BaseModel, ValidationError
+
+from kvtier.config.base import FieldError
+from kvtier.errors import Problem
+
+_TYPE_WORDS = {
+    "int_type": "a whole number",
+    "float_type": "a number",
+    "string_type": "a string (quote it)",
+    "bool_type": "true or false",
+    "tuple_type": "a list",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "none_required": "null",
+    "int_from_float": "a whole number",
+}
+_RANGE = {
+    "greater_than_equal": ">=",
+    "greater_than": ">",
+    "less_than_equal": "<=",
+    "less_than": "<",
+}
+
+
+def _unwrap(annotation: Any) -> list[Any]:
+    """The model classes an annotation may hold, looking through Annotated, Optional, unions and containers."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType, tuple, list, dict):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            if arg is not Ellipsis:
+                out.extend(_unwrap(arg))
+        return out
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return []
+
+
+def _model_at(root: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The model class reached by following `loc` from `root` (None when it leaves the models)."""
+    current: list[type[BaseModel]] = [root]
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        nxt: list[type[BaseModel]] = []
+        for model in current:
+            field = model.model_fields.get(part)
+            if field is not None:
+                nxt.extend(_unwrap(field.annotation))
+        if nxt:
+            current = nxt
+        else:  # a union tag or a mapping key: stay on the candidates that are models
+            named = [m for m in current if part in (m.__name__, m.__name__.lower())]
+            current = named or current
+    return current[0] if len(current) == 1 else None
+
+
+def _is_path_part(part: str | int) -> bool:
+    if isinstance(part, int):
+        return True
+    # pydantic adds union branch names ("str", "function-after[...]") to locations; they are not fields.
+    return not ("[" in part or "(" in part or part in {"str", "int", "float", "bool", "none", "tuple", "list"})
+
+
+def format_path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _clean_loc(loc: Sequence[str | int]) -> list[str | int]:
+    return [p for p in loc if _is_path_part(p)]
+
+
+def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]) -> tuple[str, str, list[str | int]]:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    value = error.get("input")
+    exc = ctx.get("error")
+    if isinstance(exc, FieldError):
+        extra: list[str | int] = []
+        for piece in exc.at.replace("]", "").replace("[", ".").split("."):
+            if piece:
+                extra.append(int(piece) if piece.isdigit() else piece)
+        return exc.problem, exc.allowed, loc + extra
+    if kind in ("value_error", "assertion_error"):
+        message = str(exc) if exc is not None else error["msg"]
+        problem, _, allowed = message.partition("; ")
+        return problem, allowed or "see the example files under config/", loc
+    if kind == "extra_forbidden":
+        model = _model_at(root, loc[:-1])
+        keys = ", ".join(model.model_fields) if model is not None else "see the example files under config/"
+        return f"unknown key '{loc[-1]}'", f"known keys here: {keys}", loc
+    if kind == "missing":
+        return "is required but missing", "add it (the example files under config/ show every key)", loc
+    if kind in ("literal_error", "enum"):
+        return f"{value!r} is not allowed", f"use one of {ctx.get('expected', '')}", loc
+    if kind in _RANGE:
+        bound = next(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
+        return f"{value!r} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
+    if kind in ("too_short", "too_long"):
+        return (
+            error["msg"].replace("Tuple", "list").replace("Dictionary", "mapping"),
+            "see the design limits",
+            loc,
+        )
+    if kind in _TYPE_WORDS:
+        got = type(value).__name__
+        article = "an" if got[0] in "aeiou" else "a"
+        return f"{value!r} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
+    return f"{value!r} is invalid ({error['msg']})", "see the example files under config/", loc
+
+
+def problems_from(
+    err: ValidationError, file: str, root: type[BaseModel], prefix: Sequence[str | int] = ()
+) -> list[Problem]:
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for error in err.errors(include_url=False):
+        loc = _clean_loc(error["loc"])
+        problem, allowed, where = _describe(dict(error), root, loc)
+        item = Problem(file, format_path([*prefix, *where]), problem, allowed)
+        if str(item) not in seen:  # unions report one failure per branch; say it once
+            seen.add(str(item))
+            problems.append(item)
+    return problems

@@ -1,0 +1,125 @@
+"""The EKS control plane of a kvtier environment: no Auto Mode, no managed node groups (HyperPod brings nodes)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
+from aws_cdk import CfnJson, Fn
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
+from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
+from constructs import Construct
+
+from kvtier.config.environment import Environment
+from kvtier.versions import KUBERNETES_VERSION
+
+ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+
+
+class KvtierEks(Construct):
+    """EKS with API_AND_CONFIG_MAP auth, all control-plane logs, KMS-encrypted secrets, IAM OIDC provider."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        env: Environment,
+        vpc: ec2.IVpc,
+        subnets: Sequence[ec2.ISubnet],
+        node_security_group: ec2.ISecurityGroup,
+    ) -> None:
+        super().__init__(scope, id)
+        self.secrets_key = kms.Key(
+            self,
+            "SecretsKey",
+            enable_key_rotation=True,
+            description=f"EKS secrets envelope encryption, {env.name}",
+        )
+        self.kubectl_layer = KubectlV34Layer(self, "KubectlLayer")  # kubectl + helm, shared by our handlers
+        private_only = env.eks.endpoint_access == "private"
+        endpoint = (
+            eks.EndpointAccess.PRIVATE
+            if private_only
+            else eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*env.eks.public_access_cidrs)
+        )
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            cluster_name=env.eks_cluster_name,
+            version=eks.KubernetesVersion.of(KUBERNETES_VERSION),
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=list(subnets))],
+            # Auto Mode off, no node groups: every node is a HyperPod node (design "Nodes").
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # vpc-cni, kube-proxy and coredns come as managed add-ons with one owner (addons.py).
+            bootstrap_self_managed_addons=False,
+            bootstrap_cluster_creator_admin_permissions=False,
+            endpoint_access=endpoint,
+            security_group=node_security_group,
+            secrets_encryption_key=self.secrets_key,
+            cluster_logging=[
+                eks.ClusterLoggingTypes.API,
+                eks.ClusterLoggingTypes.AUDIT,
+                eks.ClusterLoggingTypes.AUTHENTICATOR,
+                eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+                eks.ClusterLoggingTypes.SCHEDULER,
+            ],
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=self.kubectl_layer,
+                private_subnets=list(subnets) if private_only else None,
+            ),
+            output_config_command=False,
+        )
+        # HyperPod's EKS prerequisites use both access entries and the aws-auth ConfigMap
+        # (reference aws-hyperpod.md 8, item 4); CDK's v2 default is API only.
+        cfn_cluster = self.cluster.node.default_child
+        assert isinstance(cfn_cluster, eks.CfnCluster)
+        cfn_cluster.add_property_override("AccessConfig.AuthenticationMode", "API_AND_CONFIG_MAP")
+
+        # jsii's Python types do not let mypy see that Cluster implements ICluster.
+        self.icluster = cast(eks.ICluster, self.cluster)
+        self.oidc_provider = eks.OidcProviderNative(
+            self, "OidcProvider", url=self.cluster.cluster_open_id_connect_issuer_url
+        )
+        self._issuer = Fn.select(1, Fn.split("https://", self.cluster.cluster_open_id_connect_issuer_url))
+        self.admin_entries = [
+            eks.AccessEntry(
+                self,
+                f"Admin{index}",
+                cluster=self.icluster,
+                principal=principal,
+                access_policies=[
+                    eks.AccessPolicy.from_access_policy_name(
+                        ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+            for index, principal in enumerate(env.eks.admins)
+        ]
+
+    def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal:
+        """Trust for one Kubernetes service account through the cluster's OIDC provider (IRSA)."""
+        return self.service_accounts_principal(id, namespace, [service_account])
+
+    def service_accounts_principal(
+        self, id: str, namespace: str, service_accounts: Sequence[str], operator: str = "StringEquals"
+    ) -> iam.IPrincipal:
+        subjects = [f"system:serviceaccount:{namespace}:{sa}" for sa in service_accounts]
+        conditions = CfnJson(
+            self,
+            id,
+            value={
+                f"{self._issuer}:aud": "sts.amazonaws.com",
+                f"{self._issuer}:sub": subjects[0] if len(subjects) == 1 else subjects,
+            },
+        )
+        return iam.FederatedPrincipal(
+            self.oidc_provider.open_id_connect_provider_arn,
+            conditions={operator: conditions},
+            assume_role_action="sts:AssumeRoleWithWebIdentity",
+        )

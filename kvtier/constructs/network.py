@@ -1,0 +1,99 @@
+"""The VPC HyperPod nodes live in: private subnets, NAT, VPC endpoints, the node security group, flow logs."""
+
+from __future__ import annotations
+
+from aws_cdk import RemovalPolicy
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from kvtier.config.network import PUBLIC_SUBNET_MASK, NetworkConfig
+
+
+class KvtierNetwork(Construct):
+    """A VPC over explicit zones (never looked up), with what HyperPod nodes need to reach AWS."""
+
+    def __init__(self, scope: Construct, id: str, *, config: NetworkConfig, zones: list[str]) -> None:
+        super().__init__(scope, id)
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(config.cidr),
+            availability_zones=zones,
+            nat_gateways=config.nat_gateways,
+            subnet_configuration=[
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=PUBLIC_SUBNET_MASK),
+                ec2.SubnetConfiguration(
+                    name="nodes",
+                    subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS,
+                    cidr_mask=config.private_subnet_mask,
+                ),
+            ],
+            restrict_default_security_group=True,
+        )
+        self.flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogs",
+            retention=_RETENTION[config.flow_log_retention_days],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.vpc.add_flow_log(
+            "FlowLog",
+            destination=ec2.FlowLogDestination.to_cloud_watch_logs(self.flow_log_group),
+            traffic_type=ec2.FlowLogTrafficType.ALL,
+        )
+
+        # HyperPod (and EFA where present) need all traffic allowed between nodes of the cluster
+        # (reference aws-hyperpod.md 8, item 3); the same group goes on the EKS control plane.
+        self.node_security_group = ec2.SecurityGroup(
+            self,
+            "NodeSecurityGroup",
+            vpc=self.vpc,
+            description="kvtier HyperPod nodes and EKS control plane: all traffic within the group",
+            allow_all_outbound=True,
+        )
+        self.node_security_group.add_ingress_rule(
+            self.node_security_group, ec2.Port.all_traffic(), "all traffic between nodes of the cluster"
+        )
+
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
+        # New nodes hang on "Checking for IPAM connectivity" unless endpoints accept 443 from the node group
+        # (reference aws-hyperpod.md 8).
+        self.endpoint_security_group = ec2.SecurityGroup(
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            description="kvtier VPC interface endpoints: HTTPS from the node security group",
+            allow_all_outbound=False,
+        )
+        self.endpoint_security_group.add_ingress_rule(
+            self.node_security_group, ec2.Port.tcp(443), "HTTPS from HyperPod nodes"
+        )
+        for service in config.interface_endpoints:
+            self.vpc.add_interface_endpoint(
+                _endpoint_id(service),
+                service=ec2.InterfaceVpcEndpointAwsService(service),
+                private_dns_enabled=True,
+                security_groups=[self.endpoint_security_group],
+                subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
+            )
+
+    @property
+    def node_subnets(self) -> list[ec2.ISubnet]:
+        return self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets
+
+
+def _endpoint_id(service: str) -> str:
+    return "".join(part.capitalize() for part in service.replace("-", ".").split(".")) + "Endpoint"
+
+
+_RETENTION = {
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    731: logs.RetentionDays.TWO_YEARS,
+}

@@ -1,0 +1,28 @@
+"""Every derived name in one place, so each can be tested against its AWS or Kubernetes limit."""
+
+from __future__ import annotations
+
+STACK_KINDS = ("network", "cluster", "platform")
+RESERVED_LOB_NAMES = frozenset(STACK_KINDS)
+
+
+def stack_name(env: str, kind: str) -> str:
+    """`kvtier-<env>-network|cluster|platform|<lob>` (design "Stacks")."""
+    return f"kvtier-{env}-{kind}"
+
+
+def eks_cluster_name(env: str) -> str:
+    return f"kvtier-{env}"
+
+
+def lob_namespace(lob: str) -> str:
+    return f"kvtier-{lob}"
+
+
+def l2_lob_path(env: str, lob: str) -> str:
+    """The LOB's directory in the environment's Curvine filesystem (design "L2 layout")."""
+    return f"/kvtier/{env}/{lob}"
+
+
+def dist_dir(env: str, stack: str) -> str:
+    return f"dist/{env}/{stack}"

@@ -1,0 +1,34 @@
+"""What every kvtier stack shares: its name, its AWS environment and its tags."""
+
+from __future__ import annotations
+
+from aws_cdk import Environment as CdkEnvironment
+from aws_cdk import Stack, Tags
+from constructs import Construct
+
+from kvtier.config.environment import Environment
+from kvtier.naming import stack_name
+from kvtier.stacks.manifests import StackOutputs
+
+ENV_TAG = "kvtier:environment"
+
+
+def cdk_environment(env: Environment) -> CdkEnvironment:
+    """Region always; account only when configured (null: environment-agnostic, nothing is looked up)."""
+    return CdkEnvironment(account=env.account, region=env.region)
+
+
+class KvtierStack(Stack):
+    def __init__(self, scope: Construct, env: Environment, kind: str, description: str) -> None:
+        super().__init__(
+            scope,
+            stack_name(env.name, kind),
+            env=cdk_environment(env),
+            description=description,
+            termination_protection=env.account is not None and kind in ("network", "cluster"),
+        )
+        self.config_env = env
+        self.outputs = StackOutputs()  # what dist/ lists for this stack
+        Tags.of(self).add(ENV_TAG, env.name)
+        for key, value in sorted(env.tags.items()):
+            Tags.of(self).add(key, value)

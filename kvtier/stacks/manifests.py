@@ -1,0 +1,40 @@
+"""Applying cdk8s charts from a stack, and recording what dist/ must list (charts, Helm releases, add-ons)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from aws_cdk import aws_eks_v2 as eks
+from constructs import Construct
+
+from kvtier.k8s.base import KvtierChart
+
+
+@dataclass(frozen=True)
+class HelmRelease:
+    """A Helm release or EKS add-on a stack installs: listed in dist/<env>/<stack>/README.md."""
+
+    kind: str  # "helm" or "eks-addon" or "custom-resource"
+    name: str
+    chart: str
+    version: str
+    namespace: str
+    values: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+
+@dataclass
+class StackOutputs:
+    """What a stack contributes to dist/: its charts (as YAML files) and its releases (in a README)."""
+
+    charts: list[KvtierChart] = field(default_factory=list)
+    releases: list[HelmRelease] = field(default_factory=list)
+
+
+def apply_chart(
+    scope: Construct, id: str, cluster: eks.ICluster, chart: KvtierChart, outputs: StackOutputs
+) -> eks.KubernetesManifest:
+    """Apply `chart` to the cluster from `scope`'s stack and record it for dist/."""
+    outputs.charts.append(chart)
+    return eks.KubernetesManifest(scope, id, cluster=cluster, manifest=chart.manifests(), overwrite=True, prune=True)
