@@ -14,6 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "config"
 SHARED = ROOT.parent / "shared"
+# jsii runs on the Node release pinned in package.json (Node 20 is end-of-life for it).
+os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
 
 
 def shared_path(relative: str) -> Path:

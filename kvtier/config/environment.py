@@ -9,8 +9,10 @@ from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES, InstanceType, with_overrides
 from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
+from kvtier.config.curvine import CurvineConfig
 from kvtier.config.eks import EksConfig
 from kvtier.config.hyperpod import HyperPodConfig, InstanceGroup, Role
+from kvtier.config.lob import LOB_NAME_MAX
 from kvtier.config.network import NetworkConfig, plan_subnets
 from kvtier.versions import KUBERNETES_VERSION, UPGRADE_HINT
 
@@ -65,6 +67,8 @@ class Environment(StrictModel):
     eks: EksConfig = EksConfig()
     hyperpod: HyperPodConfig
     catalog_overrides: CatalogOverrides = Field(default_factory=dict)
+    curvine: CurvineConfig = CurvineConfig()
+    lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -112,6 +116,9 @@ class Environment(StrictModel):
                         f"{value} is not positive",
                         "use a number above 0",
                     )
+        for i, lob in enumerate(self.lobs):
+            if self.lobs.index(lob) != i:
+                raise FieldError(f"lobs[{i}]", f"'{lob}' is listed twice", "list each line of business once")
         for i, group in enumerate(self.hyperpod.instance_groups):
             if self.region not in INSTANCE_TYPES[group.instance_type].regions:
                 raise FieldError(
