@@ -1,67 +1,14 @@
-"""Shared fixtures: one synth per environment per test session, and access to ../shared."""
+"""Session fixtures: one synth per environment per test session."""
 
 from __future__ import annotations
 
-import json
-import os
+import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-CONFIG_DIR = ROOT / "config"
-SHARED = ROOT.parent / "shared"
-# jsii runs on the Node release pinned in package.json (Node 20 is end-of-life for it).
-os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
-
-
-def shared_path(relative: str) -> Path:
-    """A file under ../shared: skip (saying why) only when absent outside CI; under CI its absence fails."""
-    path = SHARED / relative
-    if path.exists():
-        return path
-    message = f"{path} is absent (the read-only ../shared folder of reference data)"
-    if os.environ.get("CI"):
-        pytest.fail(f"{message}; CI must have it")
-    pytest.skip(f"{message}; it ships with the CI workspace, not with a fresh clone")
-    raise AssertionError("unreachable")
-
-
-@dataclass
-class Synth:
-    """One synthesized environment: templates by stack name, and the assembly folder."""
-
-    outdir: Path
-    templates: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def template(self, kind: str) -> dict[str, Any]:
-        return next(t for name, t in self.templates.items() if name.endswith(f"-{kind}"))
-
-    def resources(self, kind: str, type_: str) -> dict[str, dict[str, Any]]:
-        return {k: v for k, v in self.template(kind)["Resources"].items() if v["Type"] == type_}
-
-    def only(self, kind: str, type_: str) -> dict[str, Any]:
-        found = list(self.resources(kind, type_).values())
-        assert len(found) == 1, f"expected one {type_} in {kind}, found {len(found)}"
-        return found[0]
-
-
-def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR) -> Synth:
-    import aws_cdk as cdk
-
-    from kvtier.app import build
-    from kvtier.config.loader import load_config
-
-    app = cdk.App(outdir=str(outdir))
-    build(app, load_config(config_dir, env_name))
-    assembly = app.synth()
-    synth = Synth(outdir=outdir)
-    for stack in assembly.stacks:
-        synth.templates[stack.stack_name] = json.loads(Path(stack.template_full_path).read_text())
-    return synth
+from tests.support import CONFIG_DIR, Synth, synthesize
 
 
 @pytest.fixture(scope="session")
@@ -77,8 +24,6 @@ def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture()
 def config_copy(tmp_path: Path) -> Iterator[Path]:
     """A writable copy of config/ for tests that break or extend it."""
-    import shutil
-
     target = tmp_path / "config"
     shutil.copytree(CONFIG_DIR, target)
     yield target
