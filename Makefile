@@ -8,7 +8,7 @@ PIP := $(VENV)/bin/pip
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
 # LMCache's config parser, for the test that checks the settings we emit (tooling.md: no torch needed).
-LMCACHE_VERSION := 0.4.1
+LMCACHE_VERSION := 0.4.3
 
 .PHONY: help setup synth test lint pytest bench-synth crds clean
 

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.config.base import FieldError, PositiveInt, StrictModel, rfc1123_label
+from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
 
 ENDPOINT_NAME_MAX = 28
@@ -91,10 +92,6 @@ class Autoscaling(StrictModel):
                 "max_replicas", f"{self.max_replicas} is below min_replicas {self.min_replicas}", "use max >= min"
             )
         return self
-
-
-class BenchConfig(StrictModel):
-    enabled: bool = False
 
 
 class Endpoint(StrictModel):
