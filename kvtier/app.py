@@ -14,6 +14,16 @@ from kvtier.errors import ConfigError, ExitCode
 from kvtier.stacks import EnvironmentStacks, build_environment
 
 
+def new_app(outdir: str, *, nag: bool = False) -> cdk.App:
+    """The CDK app; with `nag` (or `-c nag=true`) cdk-nag's AwsSolutions pack validates the synth."""
+    app = cdk.App(outdir=outdir)
+    if nag or str(app.node.try_get_context("nag")).lower() == "true":
+        from cdk_nag import AwsSolutionsChecks
+
+        cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
+    return app
+
+
 def load_from_context(app: cdk.App) -> Config:
     """`-c env=<name>` (default dev) and `-c config_dir=<dir>` (else $KVTIER_CONFIG_DIR, else ./config)."""
     env_name = app.node.try_get_context("env") or DEFAULT_ENV
@@ -25,7 +35,7 @@ def build(app: cdk.App, config: Config) -> EnvironmentStacks:
 
 
 def main() -> int:
-    app = cdk.App(outdir=os.environ.get("CDK_OUTDIR", "cdk.out"))
+    app = new_app(os.environ.get("CDK_OUTDIR", "cdk.out"))
     try:
         config = load_from_context(app)
     except ConfigError as err:

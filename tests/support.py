@@ -49,13 +49,11 @@ class Synth:
         return found[0]
 
 
-def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR) -> Synth:
-    import aws_cdk as cdk
-
-    from kvtier.app import build
+def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR, *, nag: bool = False) -> Synth:
+    from kvtier.app import build, new_app
     from kvtier.config.loader import load_config
 
-    app = cdk.App(outdir=str(outdir))
+    app = new_app(str(outdir), nag=nag)
     stacks = build(app, load_config(config_dir, env_name))
     assembly = app.synth()
     synth = Synth(outdir=outdir, stacks=stacks)

@@ -18,6 +18,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from kvtier.constructs.eks import KvtierEks
+from kvtier.constructs.nag import acknowledge, managed_policy
 from kvtier.stacks.manifests import HelmRelease, StackOutputs
 
 Phase = Literal["network", "nodes", "platform"]
@@ -127,6 +128,14 @@ def _no_statements(_scope: Construct, _ctx: Mapping[str, str]) -> list[iam.Polic
     return []
 
 
+ACCEPTED_WILDCARDS: Mapping[str, Mapping[str, str]] = {
+    "aws-mountpoint-s3-csi-driver": {
+        "AwsSolutions-IAM5[Resource::arn:aws:s3:::*]": "Read-only, limited to this account's buckets "
+        "(s3:ResourceAccount); LOB model buckets must not change the cluster stack.",
+        "AwsSolutions-IAM5[Resource::arn:aws:s3:::*/*]": "Read-only objects of this account's buckets, as above.",
+    },
+}
+
 EXTRA_STATEMENTS: Mapping[str, StatementBuilder] = {
     "aws-ebs-csi-driver": _ebs_statements,
     "aws-mountpoint-s3-csi-driver": _s3_statements,
@@ -163,6 +172,10 @@ class ClusterAddons(Construct):
                 )
                 for statement in EXTRA_STATEMENTS.get(spec.name, _no_statements)(self, context or {}):
                     role.add_to_policy(statement)
+                for policy in spec.managed_policies:
+                    acknowledge(role, managed_policy(policy), f"The AWS managed policy EKS documents for {spec.name}.")
+                for finding, reason in ACCEPTED_WILDCARDS.get(spec.name, {}).items():
+                    acknowledge(role, finding, reason)
                 self.roles[spec.name] = role
                 role_arn = role.role_arn
             outputs.releases.append(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from aws_cdk import CfnJson, Fn
+from aws_cdk import CfnJson, Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -14,6 +14,7 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 from kvtier.config.environment import Environment
+from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, managed_policy
 from kvtier.versions import KUBERNETES_VERSION
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
@@ -83,6 +84,7 @@ class KvtierEks(Construct):
 
         # jsii's Python types do not let mypy see that Cluster implements ICluster.
         self.icluster = cast(eks.ICluster, self.cluster)
+        self._acknowledge_cdk_managed_parts()
         self.oidc_provider = eks.OidcProviderNative(
             self, "OidcProvider", url=self.cluster.cluster_open_id_connect_issuer_url
         )
@@ -101,6 +103,30 @@ class KvtierEks(Construct):
             )
             for index, principal in enumerate(env.eks.admins)
         ]
+
+    def _acknowledge_cdk_managed_parts(self) -> None:
+        """Findings on what aws_eks_v2 itself creates: the cluster service role and the kubectl provider."""
+        acknowledge(
+            self.cluster,
+            managed_policy("AmazonEKSClusterPolicy"),
+            "The EKS cluster service role needs this AWS managed policy; EKS documents no customer-managed equivalent.",
+        )
+        provider = self.cluster.node.find_child("KubectlProvider")
+        handler = provider.node.find_child("Handler")
+        stack = Stack.of(self)
+        handler_id = stack.get_logical_id(handler.node.default_child)  # type: ignore[arg-type]
+        reasons = {
+            LAMBDA_BASIC: "CDK's kubectl provider Lambda: basic execution role for its logs.",
+            LAMBDA_VPC: "CDK's kubectl provider Lambda runs in the VPC for a private endpoint.",
+            managed_policy("AmazonEC2ContainerRegistryReadOnly"): "CDK's kubectl handler pulls Helm charts from ECR.",
+            'AwsSolutions-IAM4[Policy::{"Fn::If":["EksClusterKubectlProviderHandlerHasEcrPublicC426D1A5",{"Fn::Join":'
+            '["",["arn:",{"Ref":"AWS::Partition"},":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},'
+            '{"Ref":"AWS::NoValue"}]}]': "CDK's kubectl handler may pull public ECR charts.",
+            "AwsSolutions-L1": "The kubectl provider runtime is chosen by aws-cdk-lib, which is pinned.",
+            f"AwsSolutions-IAM5[Resource::<{handler_id}.Arn>:*]": "CDK's provider framework invokes its handler's versions.",
+        }
+        for finding, reason in reasons.items():
+            acknowledge(self.cluster, finding, reason)
 
     def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal:
         """Trust for one Kubernetes service account through the cluster's OIDC provider (IRSA)."""

@@ -8,6 +8,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from kvtier.config.network import PUBLIC_SUBNET_MASK, NetworkConfig
+from kvtier.constructs.nag import acknowledge
 
 
 class KvtierNetwork(Construct):
@@ -68,6 +69,12 @@ class KvtierNetwork(Construct):
         )
         self.endpoint_security_group.add_ingress_rule(
             self.node_security_group, ec2.Port.tcp(443), "HTTPS from HyperPod nodes"
+        )
+        acknowledge(
+            self.endpoint_security_group,
+            "AwsSolutions-EC23",
+            "The only ingress is HTTPS from the node security group (a reference, not 0.0.0.0/0); the rule cannot "
+            "evaluate references and reports an error instead.",
         )
         for service in config.interface_endpoints:
             self.vpc.add_interface_endpoint(

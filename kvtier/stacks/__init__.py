@@ -1,17 +1,24 @@
-"""Composition of one environment: which stacks, in which order, with which dependencies."""
+"""Composition of one environment: which stacks, in which order, with which dependencies.
+
+Stack modules are imported inside `build_environment`, so constructs can use `kvtier.stacks.manifests` without
+importing every stack (no import cycle).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from constructs import Construct
 
 from kvtier.config.loader import Config
-from kvtier.stacks.base import KvtierStack
-from kvtier.stacks.cluster import ClusterStack
-from kvtier.stacks.lob import LobStack
-from kvtier.stacks.network import NetworkStack
-from kvtier.stacks.platform import PlatformStack
+
+if TYPE_CHECKING:
+    from kvtier.stacks.base import KvtierStack
+    from kvtier.stacks.cluster import ClusterStack
+    from kvtier.stacks.lob import LobStack
+    from kvtier.stacks.network import NetworkStack
+    from kvtier.stacks.platform import PlatformStack
 
 
 @dataclass
@@ -28,6 +35,11 @@ class EnvironmentStacks:
 
 def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
     """Platform depends on cluster, cluster on network; each LOB only on cluster and platform (design)."""
+    from kvtier.stacks.cluster import ClusterStack
+    from kvtier.stacks.lob import LobStack
+    from kvtier.stacks.network import NetworkStack
+    from kvtier.stacks.platform import PlatformStack
+
     env = config.env
     network = NetworkStack(scope, env)
     cluster = ClusterStack(scope, env, network.network)

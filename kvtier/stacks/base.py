@@ -20,6 +20,7 @@ def cdk_environment(env: Environment) -> CdkEnvironment:
 
 class KvtierStack(Stack):
     def __init__(self, scope: Construct, env: Environment, kind: str, description: str) -> None:
+        self.config_env = env  # set first: the base constructor may already ask for availability_zones
         super().__init__(
             scope,
             stack_name(env.name, kind),
@@ -27,8 +28,12 @@ class KvtierStack(Stack):
             description=description,
             termination_protection=env.account is not None and kind in ("network", "cluster"),
         )
-        self.config_env = env
         self.outputs = StackOutputs()  # what dist/ lists for this stack
         Tags.of(self).add(ENV_TAG, env.name)
         for key, value in sorted(env.tags.items()):
             Tags.of(self).add(key, value)
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The configured zones: an account-bound stack would otherwise look them up (a context lookup)."""
+        return list(self.config_env.availability_zones)

@@ -8,6 +8,8 @@ EBS_ROOT=${KVTIER_EBS_ROOT:-/opt/sagemaker}        # the group's EBS volume (Ins
 NVME_ROOT=${KVTIER_NVME_ROOT:-/opt/dlami/nvme}     # the local instance store, pooled by Curvine on GPU nodes
 FSTAB=${KVTIER_FSTAB:-/etc/fstab}
 MOUNT_WAIT_S=${KVTIER_MOUNT_WAIT_S:-120}
+CONTAINERD_DIR=${KVTIER_CONTAINERD_DIR:-/var/lib/containerd}
+KUBELET_DIR=${KVTIER_KUBELET_DIR:-/var/lib/kubelet}
 
 mkdir -p "$(dirname "$LOG_FILE")"
 
@@ -45,12 +47,12 @@ relocate() {
 keep_runtime_off_nvme() {
   wait_for_mount "$EBS_ROOT" || die "$EBS_ROOT (the group's EBS volume) is not mounted; set ebs_gb for the group"
   systemctl stop kubelet containerd || true
-  relocate /var/lib/containerd "$EBS_ROOT/containerd"
-  relocate /var/lib/kubelet "$EBS_ROOT/kubelet"
+  relocate "$CONTAINERD_DIR" "$EBS_ROOT/containerd"
+  relocate "$KUBELET_DIR" "$EBS_ROOT/kubelet"
   systemctl daemon-reload
   systemctl start containerd kubelet || true
   if mountpoint -q "$NVME_ROOT"; then
-    for dir in /var/lib/containerd /var/lib/kubelet; do
+    for dir in "$CONTAINERD_DIR" "$KUBELET_DIR"; do
       [ "$(device_of "$dir")" != "$(device_of "$NVME_ROOT")" ] || die "$dir is still on the instance store"
     done
   fi

@@ -116,10 +116,10 @@ def helm(args: list[str], kubeconfig: Path) -> str:
     return result.stdout
 
 
-def write_kubeconfig(cluster_name: str, region: str, work: Path) -> Path:
+def write_kubeconfig(cluster_name: str, region: str, work: Path, session: boto3.session.Session | None = None) -> Path:
     """A kubeconfig (JSON is valid YAML) with a short-lived token from the Lambda's own role."""
-    session = boto3.session.Session(region_name=region)
-    cluster = session.client("eks").describe_cluster(name=cluster_name)["cluster"]
+    session = session or boto3.session.Session(region_name=region)
+    cluster = session.client("eks", region_name=region).describe_cluster(name=cluster_name)["cluster"]
     config = {
         "apiVersion": "v1",
         "kind": "Config",
