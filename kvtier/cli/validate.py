@@ -1,13 +1,21 @@
-"""`kvtier validate`: check the configuration of one environment (exit 0 valid, 2 invalid)."""
+"""`kvtier validate`: check the configuration of one environment (exit 0 valid, 2 invalid).
+
+With `--previous <cdk.out>`, also synthesize and compare with that earlier synth: changes that replace the
+HyperPod cluster, change the Curvine master count or touch an operator endpoint's routing are refused (exit 1)
+unless `--allow-replacement`.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
-from kvtier.errors import ConfigError, ExitCode
+from kvtier.config.loader import Config
+from kvtier.errors import ConfigError, ExitCode, UsageError
 
 
 def register(sub: Any) -> None:
@@ -16,7 +24,25 @@ def register(sub: Any) -> None:
     )
     add_env_options(parser)
     add_json_option(parser)
+    parser.add_argument("--previous", type=Path, help="an earlier cdk.out folder to compare with (day-2 guard)")
+    parser.add_argument(
+        "--allow-replacement", action="store_true", help="report replacing changes but do not refuse them"
+    )
     parser.set_defaults(func=run)
+
+
+def _day2(config: Config, previous: Path) -> list[str]:
+    from kvtier.day2 import compare, templates
+
+    if not (previous / "manifest.json").is_file():
+        raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
+    from kvtier.app import build, new_app
+
+    with tempfile.TemporaryDirectory() as work:
+        app = new_app(work)
+        build(app, config)
+        app.synth()
+        return [str(c) for c in compare(templates(previous), templates(Path(work)))]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,13 +50,23 @@ def run(args: argparse.Namespace) -> int:
         config = load_from_args(args)
     except ConfigError as err:
         if args.json:
-            print_json({"valid": False, "errors": [vars(p) for p in err.problems], "warnings": []})
+            print_json({"valid": False, "errors": [vars(p) for p in err.problems], "warnings": [], "changes": []})
             return int(ExitCode.USAGE)
         raise
+    changes = _day2(config, args.previous) if args.previous else []
+    refused = bool(changes) and not args.allow_replacement
     if args.json:
-        print_json({"valid": True, "errors": [], "warnings": [vars(p) for p in config.warnings]})
-        return int(ExitCode.OK)
+        print_json(
+            {"valid": not refused, "errors": [], "warnings": [vars(p) for p in config.warnings], "changes": changes}
+        )
+        return int(ExitCode.PROBLEMS if refused else ExitCode.OK)
     for warning in config.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for change in changes:
+        print(f"{'refused' if refused else 'allowed'}: {change}", file=sys.stderr)
+    if refused:
+        print(f"{config.env.name}: {len(changes)} replacing change(s) refused; rerun with --allow-replacement "
+              "if they are intended", file=sys.stderr)
+        return int(ExitCode.PROBLEMS)
     print(f"{config.env.name}: configuration is valid")
     return int(ExitCode.OK)

@@ -1,0 +1,117 @@
+"""The day-2 guard: compare a new synth with an earlier one and name the changes that replace or break things.
+
+Refused unless `--allow-replacement`:
+- a change to a create-only property of the HyperPod cluster (CloudFormation replaces the cluster, and with it
+  every node): `ClusterName`, `VpcConfig`, `Orchestrator/Eks` (AWS::SageMaker::Cluster createOnlyProperties,
+  ../shared/reference/cfn/aws-sagemaker-cluster.cfnlint.json);
+- a change of the Curvine master count (Raft membership is fixed at first start; the chart refuses it upstream);
+- any change in an operator-mode endpoint's `intelligentRoutingSpec` (immutable once set, so the operator
+  rejects the update; the endpoint must be replaced).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
+HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
+CURVINE_MASTERS = ("StatefulSet", "curvine", "curvine-master")
+IEC_KIND = "InferenceEndpointConfig"
+
+
+@dataclass(frozen=True)
+class Change:
+    stack: str
+    what: str
+    before: Any
+    after: Any
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.stack}: {self.what}: {json.dumps(self.before)} -> {json.dumps(self.after)}; {self.why}"
+
+
+def templates(assembly: Path) -> dict[str, dict[str, Any]]:
+    """Stack name -> template, from a cdk.out folder (its manifest names the stacks)."""
+    manifest = json.loads((assembly / "manifest.json").read_text(encoding="utf-8"))
+    out: dict[str, dict[str, Any]] = {}
+    for name, artifact in manifest.get("artifacts", {}).items():
+        if artifact.get("type") == "aws:cloudformation:stack":
+            path = assembly / artifact["properties"]["templateFile"]
+            out[artifact.get("displayName", name)] = json.loads(path.read_text(encoding="utf-8"))
+    return out
+
+
+def manifests(template: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Kubernetes objects applied by a template (the `Manifest` JSON of its Kubernetes resources)."""
+    for resource in template.get("Resources", {}).values():
+        raw = resource.get("Properties", {}).get("Manifest")
+        if isinstance(raw, dict) and "Fn::Join" in raw:  # tokens inside: keep the literal parts
+            raw = "".join(part if isinstance(part, str) else '""' for part in raw["Fn::Join"][1])
+        if isinstance(raw, str):
+            try:
+                yield from json.loads(raw)
+            except json.JSONDecodeError:
+                continue
+
+
+def _dig(value: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _hyperpod(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {k: v.get("Properties", {}) for k, v in template.get("Resources", {}).items() if v["Type"] == HYPERPOD_TYPE}
+
+
+def _objects(template: dict[str, Any], kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+    return {
+        (o.get("metadata", {}).get("namespace", ""), o.get("metadata", {}).get("name", "")): o
+        for o in manifests(template)
+        if o.get("kind") == kind
+    }
+
+
+def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        old, new = before[stack], after[stack]
+        for logical_id, old_props in _hyperpod(old).items():
+            new_props = _hyperpod(new).get(logical_id)
+            if new_props is None:
+                changes.append(Change(stack, "HyperPod cluster", logical_id, None, "the cluster would be deleted"))
+                continue
+            for path in HYPERPOD_CREATE_ONLY:
+                if _dig(old_props, path) != _dig(new_props, path):
+                    changes.append(
+                        Change(stack, f"HyperPod {'/'.join(path)}", _dig(old_props, path), _dig(new_props, path),
+                               "create-only: CloudFormation replaces the HyperPod cluster and all its nodes")
+                    )
+        kind, namespace, name = CURVINE_MASTERS
+        old_masters = _objects(old, kind).get((namespace, name))
+        new_masters = _objects(new, kind).get((namespace, name))
+        if old_masters and new_masters:
+            before_count, after_count = _dig(old_masters, ("spec", "replicas")), _dig(new_masters, ("spec", "replicas"))
+            if before_count != after_count:
+                changes.append(
+                    Change(stack, "Curvine master count", before_count, after_count,
+                           "Raft membership is fixed at first start; changing it needs a new Curvine filesystem")
+                )
+        new_iecs = _objects(new, IEC_KIND)
+        for key, old_iec in _objects(old, IEC_KIND).items():
+            new_iec = new_iecs.get(key)
+            if new_iec is None:
+                continue
+            old_spec = _dig(old_iec, ("spec", "intelligentRoutingSpec"))
+            new_spec = _dig(new_iec, ("spec", "intelligentRoutingSpec"))
+            if old_spec is not None and old_spec != new_spec:
+                changes.append(
+                    Change(stack, f"endpoint {key[0]}/{key[1]} intelligentRoutingSpec", old_spec, new_spec,
+                           "immutable once set: the operator rejects the update; delete and recreate the endpoint")
+                )
+    return changes

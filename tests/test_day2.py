@@ -1,0 +1,97 @@
+"""The day-2 guard: `kvtier validate --previous <cdk.out>` refuses edits that replace or break things."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvtier.cli import main as cli
+from kvtier.day2 import compare
+from tests.support import Synth
+
+
+def _template(hyperpod: dict[str, Any] | None = None, objects: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if hyperpod is not None:
+        resources["HyperPod"] = {"Type": "AWS::SageMaker::Cluster", "Properties": hyperpod}
+    if objects is not None:
+        resources["Manifest"] = {"Type": "Custom::AWSCDK-EKS-KubernetesResource", "Properties": {"Manifest": json.dumps(objects)}}
+    return {"Resources": resources}
+
+
+HYPERPOD = {"ClusterName": "kvtier-dev", "VpcConfig": {"Subnets": ["a"]}, "Orchestrator": {"Eks": {"ClusterArn": "x"}},
+            "NodeRecovery": "Automatic", "InstanceGroups": [{"InstanceCount": 2}]}
+IEC = {"kind": "InferenceEndpointConfig", "metadata": {"name": "qwen3-8b", "namespace": "kvtier-retail"},
+       "spec": {"replicas": 2, "intelligentRoutingSpec": {"enabled": True, "routingStrategy": "prefixaware"}}}
+MASTERS = {"kind": "StatefulSet", "metadata": {"name": "curvine-master", "namespace": "curvine"}, "spec": {"replicas": 1}}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "expected"),
+    [
+        (("ClusterName",), "kvtier-dev2", "HyperPod ClusterName"),
+        (("VpcConfig", "Subnets"), ["b"], "HyperPod VpcConfig"),
+        (("Orchestrator", "Eks", "ClusterArn"), "y", "HyperPod Orchestrator/Eks"),
+    ],
+)
+def test_create_only_hyperpod_changes_are_named(path: tuple[str, ...], value: Any, expected: str) -> None:
+    after = copy.deepcopy(HYPERPOD)
+    target = after
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    [change] = compare({"c": _template(HYPERPOD)}, {"c": _template(after)})
+    assert change.what == expected and "replaces the HyperPod cluster" in change.why
+
+
+def test_updatable_hyperpod_changes_pass() -> None:
+    after = copy.deepcopy(HYPERPOD)
+    after["InstanceGroups"][0]["InstanceCount"] = 4
+    after["NodeRecovery"] = "None"
+    assert compare({"c": _template(HYPERPOD)}, {"c": _template(after)}) == []
+
+
+def test_master_count_and_routing_changes_are_named() -> None:
+    masters = copy.deepcopy(MASTERS)
+    masters["spec"]["replicas"] = 3
+    iec = copy.deepcopy(IEC)
+    iec["spec"]["intelligentRoutingSpec"]["routingStrategy"] = "kvaware"
+    changes = compare({"p": _template(objects=[MASTERS, IEC])}, {"p": _template(objects=[masters, iec])})
+    assert sorted(c.what for c in changes) == ["Curvine master count", "endpoint kvtier-retail/qwen3-8b intelligentRoutingSpec"]
+    iec["spec"]["intelligentRoutingSpec"] = IEC["spec"]["intelligentRoutingSpec"]
+    iec["spec"]["replicas"] = 3  # scaling an endpoint is fine
+    assert compare({"p": _template(objects=[IEC])}, {"p": _template(objects=[iec])}) == []
+
+
+def test_new_and_removed_endpoints_are_not_replacements() -> None:
+    assert compare({"p": _template(objects=[])}, {"p": _template(objects=[IEC])}) == []
+    assert compare({"p": _template(objects=[IEC])}, {"p": _template(objects=[])}) == []
+
+
+def _set(config_dir: Path, edit: Any) -> None:
+    path = config_dir / "environments" / "dev.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data))
+
+
+def test_guard_on_real_synths(dev: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    previous = str(dev.outdir)
+    assert cli(["validate", "--config-dir", str(config_copy), "--previous", previous]) == 0
+    capsys.readouterr()
+    _set(config_copy, lambda d: d["hyperpod"].update(cluster_name="kvtier-dev-b"))
+    assert cli(["validate", "--config-dir", str(config_copy), "--previous", previous]) == 1
+    err = capsys.readouterr().err
+    assert 'refused: kvtier-dev-cluster: HyperPod ClusterName: "kvtier-dev" -> "kvtier-dev-b"' in err
+    assert cli(["validate", "--config-dir", str(config_copy), "--previous", previous, "--allow-replacement"]) == 0
+    assert "allowed: kvtier-dev-cluster: HyperPod ClusterName" in capsys.readouterr().err
+
+
+def test_previous_must_be_a_synth_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["validate", "--previous", str(tmp_path)]) == 2
+    assert "not a cdk.out folder" in capsys.readouterr().err
