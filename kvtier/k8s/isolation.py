@@ -1,0 +1,136 @@
+"""A line of business's fences: ResourceQuota, LimitRange and NetworkPolicies in its namespace.
+
+Quota rule: GPUs = the LOB's `gpu_quota`; CPU and memory = `gpu_quota` x the largest per-GPU share (vCPU, RAM) of
+the instance types its endpoints use, plus a fixed allowance for routers, janitor and benchmark Jobs. The quota
+is a ceiling that keeps one LOB from starving the others on shared nodes, not a reservation.
+
+Network rule: nothing reaches a LOB's pods unless allowed below. Pods of the same namespace talk freely (router to
+engines, benchmark to router, LMCache workers to the kvaware controller). Routers also accept clients from any
+namespace that is not another LOB's. Operator-mode engines accept the operator's namespace (its router and
+health checks) and the VPC (the operator's load balancer sends to pod IPs). Metrics scrapers are allowed from
+namespaces labelled `kvtier.io/metrics-scraper=true`. Egress stays open (model downloads, AWS APIs, DNS).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from kvtier.config.environment import Environment
+from kvtier.config.lob import LineOfBusiness
+from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, OPERATOR_NAMESPACE
+from kvtier.k8s.namespace import LOB_LABEL
+from kvtier.naming import lob_namespace
+
+# Routers, the janitor and benchmark Jobs of one LOB run on system nodes; this bounds them.
+SYSTEM_ALLOWANCE_CPU = 8
+SYSTEM_ALLOWANCE_MEMORY_GIB = 16
+METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"
+# A container without its own requests and limits gets these (LimitRange defaults).
+DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}
+DEFAULT_LIMIT = {"cpu": "1", "memory": "1Gi"}
+MODEL_READER_SA = "model-reader"  # pods reading S3 model weights use this service account (EKS Pod Identity)
+
+
+def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:
+    """The LOB's ResourceQuota `hard` limits (see the module doc for the rule)."""
+    shares = [env.instance(e.instance_type) for e in lob.endpoints]
+    cpu_per_gpu = max(i.vcpus / i.gpus for i in shares)
+    memory_per_gpu = max(i.memory_gib / i.gpus for i in shares)
+    cpu = math.ceil(lob.gpu_quota * cpu_per_gpu) + SYSTEM_ALLOWANCE_CPU
+    memory = math.ceil(lob.gpu_quota * memory_per_gpu) + SYSTEM_ALLOWANCE_MEMORY_GIB
+    return {
+        "requests.nvidia.com/gpu": str(lob.gpu_quota),
+        "requests.cpu": str(cpu),
+        "limits.cpu": str(cpu),
+        "requests.memory": f"{memory}Gi",
+        "limits.memory": f"{memory}Gi",
+    }
+
+
+def _policy(name: str, namespace: str, pod_selector: dict[str, Any], ingress: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": pod_selector, "policyTypes": ["Ingress"], "ingress": ingress},
+    }
+
+
+def network_policies(lob: LineOfBusiness, vpc_cidr: str | None) -> list[dict[str, Any]]:
+    namespace = lob_namespace(lob.name)
+    not_a_lob = {"namespaceSelector": {"matchExpressions": [{"key": LOB_LABEL, "operator": "DoesNotExist"}]}}
+    policies = [
+        _policy("default-deny-ingress", namespace, {}, []),
+        _policy("allow-same-namespace", namespace, {}, [{"from": [{"podSelector": {}}]}]),
+        _policy(
+            "allow-clients-to-routers",
+            namespace,
+            {"matchLabels": {COMPONENT_LABEL: "router"}},
+            [{"from": [not_a_lob]}],
+        ),
+        _policy(
+            "allow-metrics-scrapes",
+            namespace,
+            {},
+            [
+                {
+                    "from": [{"namespaceSelector": {"matchLabels": {METRICS_SCRAPER_LABEL: "true"}}}],
+                    "ports": [{"protocol": "TCP", "port": ENGINE_PORT}],
+                }
+            ],
+        ),
+    ]
+    operator_endpoints = sorted(e.name for e in lob.endpoints if e.mode == "operator")
+    if operator_endpoints:
+        sources: list[dict[str, Any]] = [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}}}
+        ]
+        if vpc_cidr:
+            sources.append({"ipBlock": {"cidr": vpc_cidr}})
+        policies.append(
+            _policy(
+                "allow-operator-to-engines",
+                namespace,
+                {"matchExpressions": [{"key": "app", "operator": "In", "values": operator_endpoints}]},
+                # All ports: the operator's in-pod proxy port is not documented (docs/references.md).
+                [{"from": sources}],
+            )
+        )
+    return policies
+
+
+def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness, vpc_cidr: str | None) -> None:
+    namespace = lob_namespace(lob.name)
+    api_object(
+        chart,
+        "quota",
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "lob-quota", "namespace": namespace},
+            "spec": {"hard": quota(env, lob)},
+        },
+    )
+    api_object(
+        chart,
+        "limits",
+        {
+            "apiVersion": "v1",
+            "kind": "LimitRange",
+            "metadata": {"name": "lob-defaults", "namespace": namespace},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": DEFAULT_REQUEST, "default": DEFAULT_LIMIT}]},
+        },
+    )
+    api_object(
+        chart,
+        "model-reader",
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": MODEL_READER_SA, "namespace": namespace},
+        },
+    )
+    for policy in network_policies(lob, vpc_cidr):
+        api_object(chart, policy["metadata"]["name"], policy)

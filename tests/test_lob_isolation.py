@@ -1,0 +1,127 @@
+"""LOB fences: quota arithmetic, schema validity, and an emulation of the NetworkPolicies on sample flows.
+
+No API server runs offline, so `_allowed` below evaluates NetworkPolicy ingress rules the way the Kubernetes API
+documents them (union of policies selecting the pod; a rule matches when any peer matches and any port matches).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from kvtier.config.loader import Config, load_config
+from kvtier.k8s.base import KvtierChart, chart_app
+from kvtier.k8s.isolation import add_isolation, network_policies, quota
+from tests.support import CONFIG_DIR
+from tests.validation import validate_k8s
+
+
+@pytest.fixture(scope="module")
+def prod_config() -> Config:
+    return load_config(CONFIG_DIR, "prod")
+
+
+def test_quota_follows_the_rule(prod_config: Config) -> None:
+    retail = prod_config.lob("retail")
+    hard = quota(prod_config.env, retail)
+    assert hard["requests.nvidia.com/gpu"] == str(retail.gpu_quota)
+    # ml.g6e.4xlarge: 16 vCPU and 128 GiB per GPU; plus 8 CPU / 16 GiB for routers, janitor and benchmarks.
+    assert hard["requests.cpu"] == str(retail.gpu_quota * 16 + 8)
+    assert hard["requests.memory"] == f"{retail.gpu_quota * 128 + 16}Gi"
+
+
+def test_isolation_objects_validate(prod_config: Config) -> None:
+    for lob in prod_config.lobs:
+        chart = KvtierChart(chart_app(), f"isolation-{lob.name}")
+        add_isolation(chart, prod_config.env, lob, "10.20.0.0/16")
+        kinds = []
+        for obj in chart.manifests():
+            validate_k8s(obj)
+            assert obj["metadata"]["namespace"] == f"kvtier-{lob.name}"
+            kinds.append(obj["kind"])
+        assert {"ResourceQuota", "LimitRange", "ServiceAccount", "NetworkPolicy"} <= set(kinds)
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    if any(labels.get(k) != v for k, v in selector.get("matchLabels", {}).items()):
+        return False
+    for expr in selector.get("matchExpressions", []):
+        value = labels.get(expr["key"])
+        op = expr["operator"]
+        if (op == "In" and value not in expr["values"]) or (op == "NotIn" and value in expr["values"]):
+            return False
+        if (op == "Exists" and value is None) or (op == "DoesNotExist" and value is not None):
+            return False
+    return True
+
+
+Pod = tuple[str, dict[str, str], dict[str, str], str]  # namespace, namespace labels, pod labels, ip
+
+
+def _allowed(policies: list[dict[str, Any]], source: Pod, target: Pod, port: int) -> bool:
+    src_ns, src_ns_labels, src_labels, src_ip = source
+    dst_ns, _, dst_labels, _ = target
+    selecting = [
+        p for p in policies if p["metadata"]["namespace"] == dst_ns and _selects(p["spec"]["podSelector"], dst_labels)
+    ]
+    if not selecting:
+        return True
+    for policy in selecting:
+        for rule in policy["spec"].get("ingress", []):
+            ports = rule.get("ports")
+            if ports and not any(p["port"] == port for p in ports):
+                continue
+            for peer in rule.get("from", []):
+                if "ipBlock" in peer:
+                    import ipaddress
+
+                    if ipaddress.ip_address(src_ip) in ipaddress.ip_network(peer["ipBlock"]["cidr"]):
+                        return True
+                    continue
+                ns_ok = (
+                    _selects(peer["namespaceSelector"], src_ns_labels)
+                    if "namespaceSelector" in peer
+                    else src_ns == dst_ns
+                )
+                pod_ok = _selects(peer["podSelector"], src_labels) if "podSelector" in peer else True
+                if ns_ok and pod_ok:
+                    return True
+    return False
+
+
+def test_flows_between_and_into_lobs(prod_config: Config) -> None:
+    env = prod_config.env
+    policies = [p for lob in prod_config.lobs for p in network_policies(lob, "10.20.0.0/16")]
+
+    def lob_pod(lob: str, labels: dict[str, str]) -> Pod:
+        return (
+            f"kvtier-{lob}",
+            {"kvtier.io/line-of-business": lob, "kubernetes.io/metadata.name": f"kvtier-{lob}"},
+            labels,
+            "10.96.0.10",
+        )
+
+    retail_engine = lob_pod("retail", {"app": "qwen3-8b"})
+    support_router = lob_pod("support", {"app": "llama31-8b-router", "kvtier.io/component": "router"})
+    support_engine = lob_pod("support", {"app": "llama31-8b", "kvtier.io/component": "engine"})
+    outside = ("apps", {"kubernetes.io/metadata.name": "apps"}, {"app": "web"}, "10.96.5.5")
+    operator = (
+        "hyperpod-inference-system",
+        {"kubernetes.io/metadata.name": "hyperpod-inference-system"},
+        {"app": "r"},
+        "10.96.9.9",
+    )
+    load_balancer = ("", {}, {}, "10.20.3.4")
+    prometheus = ("monitoring", {"kvtier.io/metrics-scraper": "true"}, {"app": "prometheus"}, "10.96.7.7")
+
+    assert not _allowed(policies, support_engine, retail_engine, 8000)  # no traffic between LOBs
+    assert not _allowed(policies, retail_engine, support_router, 80)
+    assert _allowed(policies, support_router, support_engine, 8000)  # its router to its workers
+    assert _allowed(policies, outside, support_router, 8000)  # clients reach routers
+    assert not _allowed(policies, outside, support_engine, 8000)  # but not engines directly
+    assert _allowed(policies, operator, retail_engine, 8000)  # operator mode: the operator's router
+    assert _allowed(policies, load_balancer, retail_engine, 8080)  # and its load balancer (pod IPs in the VPC)
+    assert not _allowed(policies, operator, support_engine, 8000)  # standalone engines are not the operator's
+    assert _allowed(policies, prometheus, support_engine, 8000)  # metrics scrapes
+    assert not _allowed(policies, prometheus, support_engine, 9000)
