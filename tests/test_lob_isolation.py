@@ -91,7 +91,6 @@ def _allowed(policies: list[dict[str, Any]], source: Pod, target: Pod, port: int
 
 
 def test_flows_between_and_into_lobs(prod_config: Config) -> None:
-    env = prod_config.env
     policies = [p for lob in prod_config.lobs for p in network_policies(lob, "10.20.0.0/16")]
 
     def lob_pod(lob: str, labels: dict[str, str]) -> Pod:
