@@ -89,8 +89,13 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
             for path in HYPERPOD_CREATE_ONLY:
                 if _dig(old_props, path) != _dig(new_props, path):
                     changes.append(
-                        Change(stack, f"HyperPod {'/'.join(path)}", _dig(old_props, path), _dig(new_props, path),
-                               "create-only: CloudFormation replaces the HyperPod cluster and all its nodes")
+                        Change(
+                            stack,
+                            f"HyperPod {'/'.join(path)}",
+                            _dig(old_props, path),
+                            _dig(new_props, path),
+                            "create-only: CloudFormation replaces the HyperPod cluster and all its nodes",
+                        )
                     )
         kind, namespace, name = CURVINE_MASTERS
         old_masters = _objects(old, kind).get((namespace, name))
@@ -99,8 +104,13 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
             before_count, after_count = _dig(old_masters, ("spec", "replicas")), _dig(new_masters, ("spec", "replicas"))
             if before_count != after_count:
                 changes.append(
-                    Change(stack, "Curvine master count", before_count, after_count,
-                           "Raft membership is fixed at first start; changing it needs a new Curvine filesystem")
+                    Change(
+                        stack,
+                        "Curvine master count",
+                        before_count,
+                        after_count,
+                        "Raft membership is fixed at first start; changing it needs a new Curvine filesystem",
+                    )
                 )
         new_iecs = _objects(new, IEC_KIND)
         for key, old_iec in _objects(old, IEC_KIND).items():
@@ -111,7 +121,12 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
             new_spec = _dig(new_iec, ("spec", "intelligentRoutingSpec"))
             if old_spec is not None and old_spec != new_spec:
                 changes.append(
-                    Change(stack, f"endpoint {key[0]}/{key[1]} intelligentRoutingSpec", old_spec, new_spec,
-                           "immutable once set: the operator rejects the update; delete and recreate the endpoint")
+                    Change(
+                        stack,
+                        f"endpoint {key[0]}/{key[1]} intelligentRoutingSpec",
+                        old_spec,
+                        new_spec,
+                        "immutable once set: the operator rejects the update; delete and recreate the endpoint",
+                    )
                 )
     return changes

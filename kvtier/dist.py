@@ -13,6 +13,18 @@ import yaml
 from kvtier.stacks.manifests import StackOutputs
 
 
+class _Dumper(yaml.SafeDumper):
+    """Multi-line strings (TOML, scripts) as literal blocks, so dist/ reads like hand-written YAML."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
 def write_dist(root: Path, env_name: str, stacks: Mapping[str, StackOutputs]) -> Path:
     target = root / env_name
     root.mkdir(parents=True, exist_ok=True)
@@ -26,7 +38,7 @@ def write_dist(root: Path, env_name: str, stacks: Mapping[str, StackOutputs]) ->
             for chart in outputs.charts:
                 docs = chart.manifests()
                 (folder / f"{chart.node.id}.yaml").write_text(
-                    yaml.safe_dump_all(docs, sort_keys=False, default_flow_style=False), encoding="utf-8"
+                    yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False), encoding="utf-8"
                 )
             (folder / "README.md").write_text(_readme(stack_name, outputs), encoding="utf-8")
         if target.exists():

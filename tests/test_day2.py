@@ -20,15 +20,30 @@ def _template(hyperpod: dict[str, Any] | None = None, objects: list[dict[str, An
     if hyperpod is not None:
         resources["HyperPod"] = {"Type": "AWS::SageMaker::Cluster", "Properties": hyperpod}
     if objects is not None:
-        resources["Manifest"] = {"Type": "Custom::AWSCDK-EKS-KubernetesResource", "Properties": {"Manifest": json.dumps(objects)}}
+        resources["Manifest"] = {
+            "Type": "Custom::AWSCDK-EKS-KubernetesResource",
+            "Properties": {"Manifest": json.dumps(objects)},
+        }
     return {"Resources": resources}
 
 
-HYPERPOD = {"ClusterName": "kvtier-dev", "VpcConfig": {"Subnets": ["a"]}, "Orchestrator": {"Eks": {"ClusterArn": "x"}},
-            "NodeRecovery": "Automatic", "InstanceGroups": [{"InstanceCount": 2}]}
-IEC = {"kind": "InferenceEndpointConfig", "metadata": {"name": "qwen3-8b", "namespace": "kvtier-retail"},
-       "spec": {"replicas": 2, "intelligentRoutingSpec": {"enabled": True, "routingStrategy": "prefixaware"}}}
-MASTERS = {"kind": "StatefulSet", "metadata": {"name": "curvine-master", "namespace": "curvine"}, "spec": {"replicas": 1}}
+HYPERPOD: dict[str, Any] = {
+    "ClusterName": "kvtier-dev",
+    "VpcConfig": {"Subnets": ["a"]},
+    "Orchestrator": {"Eks": {"ClusterArn": "x"}},
+    "NodeRecovery": "Automatic",
+    "InstanceGroups": [{"InstanceCount": 2}],
+}
+IEC: dict[str, Any] = {
+    "kind": "InferenceEndpointConfig",
+    "metadata": {"name": "qwen3-8b", "namespace": "kvtier-retail"},
+    "spec": {"replicas": 2, "intelligentRoutingSpec": {"enabled": True, "routingStrategy": "prefixaware"}},
+}
+MASTERS: dict[str, Any] = {
+    "kind": "StatefulSet",
+    "metadata": {"name": "curvine-master", "namespace": "curvine"},
+    "spec": {"replicas": 1},
+}
 
 
 @pytest.mark.parametrize(
@@ -41,7 +56,7 @@ MASTERS = {"kind": "StatefulSet", "metadata": {"name": "curvine-master", "namesp
 )
 def test_create_only_hyperpod_changes_are_named(path: tuple[str, ...], value: Any, expected: str) -> None:
     after = copy.deepcopy(HYPERPOD)
-    target = after
+    target: Any = after
     for key in path[:-1]:
         target = target[key]
     target[path[-1]] = value
@@ -62,7 +77,10 @@ def test_master_count_and_routing_changes_are_named() -> None:
     iec = copy.deepcopy(IEC)
     iec["spec"]["intelligentRoutingSpec"]["routingStrategy"] = "kvaware"
     changes = compare({"p": _template(objects=[MASTERS, IEC])}, {"p": _template(objects=[masters, iec])})
-    assert sorted(c.what for c in changes) == ["Curvine master count", "endpoint kvtier-retail/qwen3-8b intelligentRoutingSpec"]
+    assert sorted(c.what for c in changes) == [
+        "Curvine master count",
+        "endpoint kvtier-retail/qwen3-8b intelligentRoutingSpec",
+    ]
     iec["spec"]["intelligentRoutingSpec"] = IEC["spec"]["intelligentRoutingSpec"]
     iec["spec"]["replicas"] = 3  # scaling an endpoint is fine
     assert compare({"p": _template(objects=[IEC])}, {"p": _template(objects=[iec])}) == []

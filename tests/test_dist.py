@@ -15,16 +15,24 @@ from kvtier.stacks.manifests import HelmRelease, StackOutputs
 
 def _outputs() -> StackOutputs:
     chart = KvtierChart(chart_app(), "demo", namespace="demo")
-    api_object(chart, "cm", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "1"}})
+    api_object(
+        chart,
+        "cm",
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}, "data": {"a": "1", "b": "x\ny\n"}},
+    )
     release = HelmRelease("helm", "kyverno", "kyverno", "3.9.0", "kyverno", {"replicas": 1}, "chart repo")
     return StackOutputs(charts=[chart], releases=[release])
 
 
 def test_charts_and_releases_are_written(tmp_path: Path) -> None:
-    target = write_dist(tmp_path / "dist", "dev", {"kvtier-dev-platform": _outputs(), "kvtier-dev-network": StackOutputs()})
+    target = write_dist(
+        tmp_path / "dist", "dev", {"kvtier-dev-platform": _outputs(), "kvtier-dev-network": StackOutputs()}
+    )
     [doc] = list(yaml.safe_load_all((target / "kvtier-dev-platform" / "demo.yaml").read_text()))
     assert doc["kind"] == "ConfigMap" and doc["metadata"]["namespace"] == "demo"
     assert doc["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kvtier"
+    assert doc["data"]["b"] == "x\ny\n"
+    assert "b: |\n" in (target / "kvtier-dev-platform" / "demo.yaml").read_text()  # multi-line text as a block
     readme = (target / "kvtier-dev-platform" / "README.md").read_text()
     assert "| helm | kyverno | kyverno | 3.9.0 | kyverno | chart repo |" in readme
     assert '"replicas": 1' in readme
@@ -39,7 +47,7 @@ def test_a_failed_write_leaves_the_previous_output_whole(tmp_path: Path, monkeyp
     def broken(*_args: Any, **_kwargs: Any) -> str:
         raise OSError("disk full")
 
-    monkeypatch.setattr("kvtier.dist.yaml.safe_dump_all", broken)
+    monkeypatch.setattr("kvtier.dist.yaml.dump_all", broken)
     with pytest.raises(OSError, match="disk full"):
         write_dist(root, "dev", {"kvtier-dev-platform": _outputs()})
     assert (root / "dev" / "kvtier-dev-platform" / "demo.yaml").read_text() == before

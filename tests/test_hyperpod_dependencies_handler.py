@@ -55,7 +55,7 @@ def _serve(monkeypatch: pytest.MonkeyPatch, archive: bytes) -> list[str]:
         urls.append(url)
         return io.BytesIO(archive)
 
-    monkeypatch.setattr(index.urllib.request, "urlopen", urlopen)
+    monkeypatch.setattr("urllib.request.urlopen", urlopen)
     return urls
 
 

@@ -111,7 +111,7 @@ def test_flows_between_and_into_lobs(prod_config: Config) -> None:
         {"app": "r"},
         "10.96.9.9",
     )
-    load_balancer = ("", {}, {}, "10.20.3.4")
+    load_balancer: Pod = ("", {}, {}, "10.20.3.4")
     prometheus = ("monitoring", {"kvtier.io/metrics-scraper": "true"}, {"app": "prometheus"}, "10.96.7.7")
 
     assert not _allowed(policies, support_engine, retail_engine, 8000)  # no traffic between LOBs

@@ -65,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
     for change in changes:
         print(f"{'refused' if refused else 'allowed'}: {change}", file=sys.stderr)
     if refused:
-        print(f"{config.env.name}: {len(changes)} replacing change(s) refused; rerun with --allow-replacement "
-              "if they are intended", file=sys.stderr)
+        print(
+            f"{config.env.name}: {len(changes)} replacing change(s) refused; rerun with --allow-replacement "
+            "if they are intended",
+            file=sys.stderr,
+        )
         return int(ExitCode.PROBLEMS)
     print(f"{config.env.name}: configuration is valid")
     return int(ExitCode.OK)

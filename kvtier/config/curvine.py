@@ -1,12 +1,91 @@
-"""`curvine` section: the environment's L2 pool (masters on system nodes, one worker per GPU node)."""
+"""`curvine` section: the environment's L2 pool (masters on system nodes, one worker per GPU node).
+
+Sizes: every `*_gb` here is a Curvine GB, which is binary (2^30 bytes; Curvine's `ByteUnit` parses "GB" as GiB,
+/work/notes/curvine.md Q2 "Sizes"). `worker_data_gb: 400` is written as `[SSD:400GB]` and means 400 GiB. The catalog's
+`nvme_gb` is decimal (AWS); `check_worker_fits` converts.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.config.base import StrictModel
+from kvtier.config.base import FieldError, StrictModel
+from kvtier.errors import Problem
+
+if TYPE_CHECKING:  # environment.py imports this module
+    from kvtier.config.environment import Environment
+
+CURVINE_GIB = 1024**3  # one Curvine "GB"
+DECIMAL_GB = 1000**3  # one catalog (AWS) GB
+# Part of the instance store kvtier lets Curvine claim: ext4 keeps 5% of blocks for root by default and the file
+# system needs room for its own metadata (assumption; a wrong value only makes the check stricter or looser by 5%).
+NVME_USABLE_FRACTION = 0.95
+
+CURVINE_VERSION = "v0.4.1"
+# Every default image with where its tag comes from (refs in /work/notes/refs-curvine.md).
+IMAGE_SOURCES: dict[str, str] = {
+    "curvine": "CurvineIO/curvine tag v0.4.1 (709f2478), .github/workflows/build-runtime-image.yml pushes "
+    "ghcr.io/curvineio/curvine:<tag>; Helm index lists chart curvine 0.4.1 appVersion 0.4.1",
+    "csi": "CurvineIO/curvine tag v0.4.1, .github/workflows/build-csi-image.yml pushes ghcr.io/curvineio/curvine-csi:<tag>",
+    "csi_provisioner": "kubernetes-csi/external-provisioner v6.3.0 (34c6fc21, 2026-06-04; needs Kubernetes >= 1.34)",
+    "node_driver_registrar": "kubernetes-csi/node-driver-registrar v2.17.0 (c5794c45, 2026-05-21)",
+    "livenessprobe": "kubernetes-csi/livenessprobe v2.19.0 (d2d15a5e, 2026-05-21)",
+}
+
+# registry/path:tag or @sha256:digest; no tag would silently mean :latest, which we refuse too.
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
+)
+_CPU = re.compile(r"^(\d+)(\.\d{1,3})?$|^(\d+)m$")
+_MEMORY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti)?$")
+_MEMORY_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+
+
+def cpu_millis(value: str) -> int:
+    """Kubernetes CPU quantity -> millicores ("2" -> 2000, "1.5" -> 1500, "250m" -> 250)."""
+    match = _CPU.match(value)
+    if match is None:
+        raise ValueError(f"'{value}' is not a CPU quantity")
+    if match.group(3) is not None:
+        return int(match.group(3))
+    fraction = match.group(2) or ".0"
+    return int(match.group(1)) * 1000 + int(fraction[1:].ljust(3, "0"))
+
+
+def memory_bytes(value: str) -> int:
+    """Kubernetes memory quantity (binary suffixes only) -> bytes ("4Gi" -> 4 * 2^30)."""
+    match = _MEMORY.match(value)
+    if match is None:
+        raise ValueError(f"'{value}' is not a memory quantity")
+    return int(match.group(1)) * _MEMORY_UNITS[match.group(2)]
+
+
+def _cpu(value: str) -> str:
+    if not _CPU.match(value) or cpu_millis(value) == 0:
+        raise ValueError(
+            f'\'{value}\' is not a CPU quantity; write cores as a string ("2", "0.5") or millicores ("500m")'
+        )
+    return value
+
+
+def _memory(value: str) -> str:
+    if not _MEMORY.match(value) or memory_bytes(value) == 0:
+        raise ValueError(f'\'{value}\' is not a memory quantity; write it with a binary suffix, like "512Mi" or "4Gi"')
+    return value
+
+
+def _image(value: str) -> str:
+    if not _IMAGE.match(value):
+        raise ValueError(
+            f"'{value}' is not a pinned container image; write registry/repository:tag (or @sha256:<digest>)"
+        )
+    if value.rsplit("/", 1)[-1].split("@", maxsplit=1)[0].endswith(":latest"):
+        raise ValueError(f"'{value}' uses the moving tag 'latest'; pin a release tag such as {CURVINE_VERSION}")
+    return value
 
 
 def _odd(value: int) -> int:
@@ -15,6 +94,132 @@ def _odd(value: int) -> int:
     return value
 
 
+Cpu = Annotated[str, AfterValidator(_cpu)]
+Memory = Annotated[str, AfterValidator(_memory)]
+Image = Annotated[str, AfterValidator(_image)]
+
+
+class Resources(StrictModel):
+    """Requests and limits of one container. No CPU limit by default on data paths: CFS throttling adds latency."""
+
+    cpu_request: Cpu
+    memory_request: Memory
+    cpu_limit: Cpu | None = None
+    memory_limit: Memory
+
+    @model_validator(mode="after")
+    def _limits_cover_requests(self) -> Resources:
+        if self.cpu_limit is not None and cpu_millis(self.cpu_limit) < cpu_millis(self.cpu_request):
+            raise FieldError(
+                "cpu_limit", f"{self.cpu_limit} is below the request {self.cpu_request}", "use a limit >= the request"
+            )
+        if memory_bytes(self.memory_limit) < memory_bytes(self.memory_request):
+            raise FieldError(
+                "memory_limit",
+                f"{self.memory_limit} is below the request {self.memory_request}",
+                "use a limit >= the request",
+            )
+        return self
+
+    def k8s(self) -> dict[str, dict[str, str]]:
+        """The container's `resources` field."""
+        limits = {"memory": self.memory_limit}
+        if self.cpu_limit is not None:
+            limits["cpu"] = self.cpu_limit
+        return {"requests": {"cpu": self.cpu_request, "memory": self.memory_request}, "limits": limits}
+
+
+class CurvineResources(StrictModel):
+    # Upstream chart values (curvine-helm index copy): master 1 CPU/2Gi -> 2/4Gi, worker 2/4Gi -> 4/8Gi.
+    master: Resources = Resources(cpu_request="500m", memory_request="2Gi", cpu_limit="2", memory_limit="4Gi")
+    # Worker reads and writes go through the page cache, which counts toward the memory cgroup (reclaimable).
+    worker: Resources = Resources(cpu_request="2", memory_request="4Gi", cpu_limit="4", memory_limit="8Gi")
+    # One FUSE process per GPU node carries every L2 read and write of that node: upstream's 2-CPU cap may throttle
+    # it (reference 1.8), so it gets 2 guaranteed CPUs and no CPU limit; an OOM kill breaks every mount on the node.
+    fuse: Resources = Resources(cpu_request="2", memory_request="2Gi", memory_limit="8Gi")
+
+
+class CurvineImages(StrictModel):
+    curvine: Image = f"ghcr.io/curvineio/curvine:{CURVINE_VERSION}"  # masters, workers, init step, janitor
+    csi: Image = f"ghcr.io/curvineio/curvine-csi:{CURVINE_VERSION}"  # CSI plugin and standalone FUSE pods
+    csi_provisioner: Image = "registry.k8s.io/sig-storage/csi-provisioner:v6.3.0"
+    node_driver_registrar: Image = "registry.k8s.io/sig-storage/csi-node-driver-registrar:v2.17.0"
+    livenessprobe: Image = "registry.k8s.io/sig-storage/livenessprobe:v2.19.0"
+
+
 class CurvineConfig(StrictModel):
+    # Raft group size. Fixed after the first deploy: journal peers are derived from it.
     masters: Annotated[int, Field(ge=1, le=7), AfterValidator(_odd)] = 1
-    worker_data_gb: Annotated[int, Field(ge=10)] = 400  # per GPU node, on the instance-store NVMe
+    worker_data_gb: Annotated[int, Field(ge=10)] = 400  # per GPU node on the instance-store NVMe, Curvine GB (GiB)
+    worker_reserved_gb: Annotated[int, Field(ge=0)] = 10  # `dir_reserved`: kept free inside worker_data_gb
+    master_meta_gb: Annotated[int, Field(ge=1, le=16384)] = 10  # EBS volume per master (RocksDB metadata)
+    master_journal_gb: Annotated[int, Field(ge=1, le=16384)] = 20  # EBS volume per master (Raft journal)
+    images: CurvineImages = CurvineImages()
+    resources: CurvineResources = CurvineResources()
+
+    @model_validator(mode="after")
+    def _reserve_inside_data(self) -> CurvineConfig:
+        if self.worker_reserved_gb >= self.worker_data_gb:
+            raise FieldError(
+                "worker_reserved_gb",
+                f"{self.worker_reserved_gb} GB reserved leaves nothing of worker_data_gb {self.worker_data_gb}",
+                "reserve less than worker_data_gb (Curvine subtracts it from the configured capacity)",
+            )
+        return self
+
+
+def curvine_gb_bytes(gb: float) -> int:
+    """Bytes in `gb` Curvine GB (binary)."""
+    return int(gb * CURVINE_GIB)
+
+
+def max_worker_data_gb(nvme_gb: int) -> int:
+    """The largest worker_data_gb (Curvine GB) that fits an instance store of `nvme_gb` decimal GB."""
+    return int(nvme_gb * DECIMAL_GB * NVME_USABLE_FRACTION) // CURVINE_GIB
+
+
+def check_worker_fits(env: Environment, file: str = "") -> list[Problem]:
+    """The worker data size against the NVMe of every GPU instance type (one worker per GPU node)."""
+    problems: list[Problem] = []
+    wanted = env.curvine.worker_data_gb
+    for type_name in sorted({g.instance_type for g in env.groups("gpu")}):
+        nvme_gb = env.instance(type_name).nvme_gb
+        limit = max_worker_data_gb(nvme_gb)
+        if wanted <= limit:
+            continue
+        if nvme_gb == 0:
+            problem = f"{type_name} has no instance-store NVMe for the Curvine worker"
+            allowed = "use GPU instance types with local NVMe (ml.g6e.*, ml.p5.48xlarge)"
+        else:
+            problem = (
+                f"{wanted} GB (Curvine GB = GiB, {curvine_gb_bytes(wanted) / DECIMAL_GB:.0f} decimal GB) does not fit "
+                f"the {nvme_gb} GB instance store of {type_name}, of which kvtier lets Curvine use "
+                f"{NVME_USABLE_FRACTION:.0%}"
+            )
+            allowed = (
+                f"use at most {limit} for {type_name}, or set catalog_overrides.{type_name}.nvme_gb if the catalog's "
+                "unverified size is wrong (check `df -BG /opt/dlami/nvme` on a node)"
+            )
+        problems.append(Problem(file, "curvine.worker_data_gb", problem, allowed))
+    return problems
+
+
+def check_masters_fit(env: Environment, file: str = "") -> list[Problem]:
+    """Masters need distinct system nodes (required anti-affinity)."""
+    nodes = sum(g.count for g in env.groups("system"))
+    if env.curvine.masters <= nodes:
+        return []
+    return [
+        Problem(
+            file,
+            "curvine.masters",
+            f"{env.curvine.masters} masters need {env.curvine.masters} distinct system nodes and the system groups "
+            f"have {nodes}",
+            "add system nodes (hyperpod.instance_groups, role system) or use fewer masters",
+        )
+    ]
+
+
+def curvine_problems(env: Environment, file: str = "") -> list[Problem]:
+    """Every Curvine check that needs the whole environment (for the loader's cross-checks)."""
+    return check_worker_fits(env, file) + check_masters_fit(env, file)
