@@ -9,16 +9,108 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 GIB = 1024**3
 GB = 1000**3
+COLLECTED = "2026-11"  # when ../shared/reference and /work/notes were collected: the date of every fact below
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One planning constant: its value and unit, where it comes from, when, and whether a primary source confirms it."""
+
+    value: float
+    unit: str
+    source: str
+    as_of: str = COLLECTED
+    verified: bool = False
+
+
+# --- Planning constants (used by kvtier.planner and the cross-checks; printed by `kvtier plan --json`) -------------
+GPU_RESERVE_GIB = Fact(
+    2.5,
+    "GiB per GPU",
+    "vLLM's peak activations in its profiling run plus non-torch memory (CUDA graphs, NCCL): reference "
+    "curvine-lmcache.md 3 gives 1-3 GiB of activations; 2.5 GiB reproduces that section's KV estimates for "
+    "Qwen2.5-7B, Llama-3.1-8B and Qwen3-8B on one L40S. vLLM logs the real figure ('GPU KV cache size')",
+)
+PREFILL_MFU = Fact(
+    0.5,
+    "fraction of dense BF16 peak",
+    "assumption (no measurement on L40S found): prefill is compute bound and large-GEMM inference commonly reaches "
+    "40-60% of peak; override per instance type with catalog_overrides.<type>.prefill_mfu after measuring",
+)
+L2_NETWORK_EFFICIENCY = Fact(
+    0.736,
+    "fraction of the instance's network line rate",
+    "AWS/Curvine blog: a cross-node L2 read ran at about 1.84 GB/s on ml.g6e.4xlarge, whose line rate is 20 Gbps "
+    "= 2.5 GB/s (reference curvine-lmcache.md 1.13, 4.1); applying the same fraction to other sizes is an assumption",
+)
+L2_FUSE_CAP_GBPS = Fact(
+    9.6,
+    "GB/s",
+    "AWS/Curvine blog: same-node L2 write through Curvine FUSE at about 9.6 GB/s (reference curvine-lmcache.md 1.13); "
+    "used as the ceiling of the FUSE path on instances with faster networks (assumption)",
+)
+SINGLE_FLOW_GBPS = Fact(
+    5.0,
+    "Gbps",
+    "AWS doc 'EC2 instance network bandwidth': one flow (5-tuple) is limited to 5 Gbps outside a cluster placement "
+    "group (reference curvine-lmcache.md 4.1); the pessimistic bound when a read uses one TCP connection",
+    verified=True,
+)
+HOURS_PER_MONTH = Fact(730.0, "hours", "AWS pricing convention: 730 hours a month (365 x 24 / 12)", verified=True)
+VLLM_HOST_BASE_GIB = Fact(
+    4.0,
+    "GiB per vLLM pod",
+    "estimate (UNVERIFIED): vLLM's API server and engine-core processes (Python, tokenizer, CUDA runtime); "
+    "measure with `kubectl top pod` and compare",
+)
+VLLM_HOST_PER_RANK_GIB = Fact(
+    4.0,
+    "GiB per tensor-parallel rank",
+    "estimate (UNVERIFIED): one GPU worker process (torch, CUDA context, NCCL buffers). With the base, 8 GiB for "
+    "TP=1; the reference deployment requested 32 GiB per pod including its LMCache L1 (aws-hyperpod.md 5)",
+)
+LMCACHE_STAGING_GIB = Fact(
+    2.0,
+    "GiB per vLLM pod",
+    "with L1 off (l1_gb: 0) LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with "
+    "local_cpu=False); kvtier then sets max_local_cpu_size to this (kvtier/k8s/lmcache.py L2_STAGING_GB)",
+)
+SYSTEM_RESERVE_GIB = Fact(
+    6.0,
+    "GiB per node",
+    "kubelet reserve by the EKS AMI formula 11 MiB x max pods + 255 MiB (awslabs/amazon-eks-ami; 1.43 GiB at 110 "
+    "pods), the 100 MiB eviction threshold, and about 4.5 GiB estimated for the OS, HyperPod agents and "
+    "DaemonSets (CNI, kube-proxy, CSI node plugins); HyperPod's own reservation is UNVERIFIED",
+)
+PLANNING_FACTS: Mapping[str, Fact] = {
+    "gpu_reserve_gib": GPU_RESERVE_GIB,
+    "prefill_mfu": PREFILL_MFU,
+    "l2_network_efficiency": L2_NETWORK_EFFICIENCY,
+    "l2_fuse_cap_gbps": L2_FUSE_CAP_GBPS,
+    "single_flow_gbps": SINGLE_FLOW_GBPS,
+    "hours_per_month": HOURS_PER_MONTH,
+    "vllm_host_base_gib": VLLM_HOST_BASE_GIB,
+    "vllm_host_per_rank_gib": VLLM_HOST_PER_RANK_GIB,
+    "lmcache_staging_gib": LMCACHE_STAGING_GIB,
+    "system_reserve_gib": SYSTEM_RESERVE_GIB,
+}
 
 REF_HW = (
     "reference curvine-lmcache.md 4.1 (memory: pytorch/torchx PR #969; network: Karpenter zz_generated.bandwidth.go)"
 )
 REF_NVME = "reference curvine-lmcache.md 4.1 (AWS product page from memory; UNVERIFIED: read /opt/dlami/nvme on a node)"
 REF_PRICE = "reference curvine-lmcache.md 4.1 [3P] SageMaker prices via the AWS Pricing API, collected 2026-11"
+# System-group prices: not in the reference. Public repositories in the code index (collected 2026-11) quote the same
+# SageMaker Training on-demand prices for us-east-1 from the AWS Pricing API; one of them pins ml.g6e.4xlarge at 3.76
+# "VERIFIED 2026-07-02", matching REF_PRICE, so the two sets are on the same basis. HyperPod prices may differ.
+REF_PRICE_CPU = (
+    "[3P] SageMaker Training on-demand price, us-east-1, quoted from the AWS Pricing API by several public "
+    "repositories (code index, collected 2026-11); HyperPod prices may differ: check aws.amazon.com/sagemaker/pricing"
+)
 REF_EFA = "reference aws-hyperpod.md 7 (aws-efa-k8s-device-plugin supportedInstanceLabels: g6e 8xlarge and larger)"
 REF_EC2 = "AWS EC2 instance types, general purpose / compute optimized (m5, c5 specifications)"
 REF_REGIONS = "cfn-lint 1.58.0 data/schemas/extensions/aws_sagemaker_cluster/instancetype_enum.json (lint data)"
@@ -94,6 +186,7 @@ class Gpu:
     host_to_gpu_gbps: float  # practical host-to-device copy bandwidth, GB/s
     sources: Mapping[str, str]
     unverified: frozenset[str] = frozenset()
+    as_of: str = COLLECTED
 
 
 GPUS: Mapping[str, Gpu] = {
@@ -140,6 +233,10 @@ class InstanceType:
     regions: frozenset[str]
     sources: Mapping[str, str] = field(default_factory=dict)
     unverified: frozenset[str] = frozenset()
+    price_as_of: str | None = None  # when price_per_hour was collected
+    # GPU types only: planning figures an environment may override once measured (catalog_overrides).
+    prefill_mfu: float | None = None  # fraction of dense BF16 peak a prefill reaches
+    l2_read_gbps: float | None = None  # GB/s one node reads from the shared L2 on other nodes
 
     @property
     def is_gpu(self) -> bool:
@@ -151,9 +248,26 @@ class InstanceType:
             raise ValueError(f"{self.name} has no GPU")
         return GPUS[self.gpu]
 
+    @property
+    def price_per_gpu_hour(self) -> float | None:
+        if self.price_per_hour is None or not self.gpus:
+            return None
+        return self.price_per_hour / self.gpus
+
+
+def l2_read_gbps_model(network_gbps: float) -> float:
+    """GB/s of a cross-node L2 read: the blog's fraction of the line rate, capped by the FUSE path."""
+    return min(L2_NETWORK_EFFICIENCY.value * network_gbps / 8, L2_FUSE_CAP_GBPS.value)
+
+
+_GPU_PLANNING_SOURCES = {
+    "prefill_mfu": PREFILL_MFU.source,
+    "l2_read_gbps": "min(l2_network_efficiency x network_gbps / 8, l2_fuse_cap_gbps): " + L2_NETWORK_EFFICIENCY.source,
+}
+
 
 def _g6e(size: str, gpus: int, vcpus: int, memory: int, nvme: int, gbps: float, price: float | None) -> InstanceType:
-    unverified = {"nvme_gb", "price_per_hour"}
+    unverified = {"nvme_gb", "price_per_hour", "prefill_mfu", "l2_read_gbps"}
     return InstanceType(
         name=f"ml.g6e.{size}",
         gpus=gpus,
@@ -172,14 +286,20 @@ def _g6e(size: str, gpus: int, vcpus: int, memory: int, nvme: int, gbps: float, 
             "network_gbps": REF_HW,
             "nvme_gb": REF_NVME,
             "efa": REF_EFA,
-            "price_per_hour": REF_PRICE,
+            "price_per_hour": REF_PRICE if price is not None else "unknown: no ml price published in the sources",
             "regions": REF_REGIONS,
+            **_GPU_PLANNING_SOURCES,
         },
         unverified=frozenset(unverified),
+        price_as_of=COLLECTED if price is not None else None,
+        prefill_mfu=PREFILL_MFU.value,
+        l2_read_gbps=l2_read_gbps_model(gbps),
     )
 
 
-def _cpu(family: str, size: str, vcpus: int, memory: int, gbps: float, regions: frozenset[str]) -> InstanceType:
+def _cpu(
+    family: str, size: str, vcpus: int, memory: int, gbps: float, regions: frozenset[str], price: float | None
+) -> InstanceType:
     return InstanceType(
         name=f"ml.{family}.{size}",
         gpus=0,
@@ -189,16 +309,19 @@ def _cpu(family: str, size: str, vcpus: int, memory: int, gbps: float, regions: 
         nvme_gb=0,
         network_gbps=gbps,
         efa=False,
-        price_per_hour=None,
+        price_per_hour=price,
         regions=regions,
         sources={
             "vcpus": REF_EC2,
             "memory_gib": REF_EC2,
             "network_gbps": REF_EC2,
             "regions": REF_REGIONS,
-            "price_per_hour": "unknown: set catalog_overrides.<type>.price_per_hour from the AWS pricing page",
+            "price_per_hour": REF_PRICE_CPU
+            if price is not None
+            else "unknown: set catalog_overrides.<type>.price_per_hour from the AWS pricing page",
         },
         unverified=frozenset({"price_per_hour", "network_gbps"}),
+        price_as_of=COLLECTED if price is not None else None,
     )
 
 
@@ -223,6 +346,9 @@ _INSTANCES = [
         efa=True,
         price_per_hour=63.296,
         regions=_P5_REGIONS,
+        price_as_of=COLLECTED,
+        prefill_mfu=PREFILL_MFU.value,
+        l2_read_gbps=l2_read_gbps_model(3200.0),
         sources={
             "gpus": "reference curvine-lmcache.md 4.3",
             "vcpus": "reference curvine-lmcache.md 4.3",
@@ -232,40 +358,41 @@ _INSTANCES = [
             "efa": REF_EFA,
             "price_per_hour": REF_PRICE + " (after the 2025 P5 price cut)",
             "regions": REF_REGIONS,
+            **_GPU_PLANNING_SOURCES,
         },
-        unverified=frozenset({"memory_gib", "nvme_gb", "price_per_hour"}),
+        unverified=frozenset({"memory_gib", "nvme_gb", "price_per_hour", "prefill_mfu", "l2_read_gbps"}),
     ),
     *(
-        _cpu("m5", size, vcpus, mem, gbps, _M5_2XL_REGIONS if size == "2xlarge" else _CPU_REGIONS)
-        for size, vcpus, mem, gbps in [
-            ("large", 2, 8, 0.75),
-            ("xlarge", 4, 16, 1.25),
-            ("2xlarge", 8, 32, 2.5),
-            ("4xlarge", 16, 64, 5.0),
-            ("8xlarge", 32, 128, 10.0),
-            ("12xlarge", 48, 192, 12.0),
-            ("16xlarge", 64, 256, 20.0),
-            ("24xlarge", 96, 384, 25.0),
+        _cpu("m5", size, vcpus, mem, gbps, _M5_2XL_REGIONS if size == "2xlarge" else _CPU_REGIONS, price)
+        for size, vcpus, mem, gbps, price in [
+            ("large", 2, 8, 0.75, 0.115),
+            ("xlarge", 4, 16, 1.25, 0.23),
+            ("2xlarge", 8, 32, 2.5, 0.461),
+            ("4xlarge", 16, 64, 5.0, 0.922),
+            ("8xlarge", 32, 128, 10.0, None),
+            ("12xlarge", 48, 192, 12.0, 2.765),
+            ("16xlarge", 64, 256, 20.0, None),
+            ("24xlarge", 96, 384, 25.0, 5.53),
         ]
     ),
     *(
-        _cpu("c5", size, vcpus, mem, gbps, _CPU_REGIONS)
-        for size, vcpus, mem, gbps in [
-            ("large", 2, 4, 0.75),
-            ("xlarge", 4, 8, 1.25),
-            ("2xlarge", 8, 16, 2.5),
-            ("4xlarge", 16, 32, 5.0),
-            ("9xlarge", 36, 72, 12.0),
-            ("12xlarge", 48, 96, 12.0),
-            ("18xlarge", 72, 144, 25.0),
-            ("24xlarge", 96, 192, 25.0),
+        _cpu("c5", size, vcpus, mem, gbps, _CPU_REGIONS, price)
+        for size, vcpus, mem, gbps, price in [
+            ("large", 2, 4, 0.75, 0.102),
+            ("xlarge", 4, 8, 1.25, 0.204),
+            ("2xlarge", 8, 16, 2.5, 0.408),
+            ("4xlarge", 16, 32, 5.0, 0.816),
+            ("9xlarge", 36, 72, 12.0, 1.836),
+            ("12xlarge", 48, 96, 12.0, None),
+            ("18xlarge", 72, 144, 25.0, 3.672),
+            ("24xlarge", 96, 192, 25.0, None),
         ]
     ),
 ]
 
 INSTANCE_TYPES: Mapping[str, InstanceType] = {i.name: i for i in _INSTANCES}
 
-InstanceOverridable = Literal["nvme_gb", "price_per_hour", "network_gbps", "memory_gib"]
+InstanceOverridable = Literal["nvme_gb", "price_per_hour", "network_gbps", "memory_gib", "prefill_mfu", "l2_read_gbps"]
 
 
 def overridable_fields(instance: InstanceType) -> list[str]:
@@ -283,12 +410,15 @@ def with_overrides(instance: InstanceType, overrides: Mapping[str, float | int])
     sources = dict(instance.sources)
     for name in overrides:
         sources[name] = "catalog_overrides in the environment file"
-    return replace(instance, sources=sources, **overrides)  # type: ignore[arg-type]
+    changed: dict[str, object] = dict(overrides)
+    if "price_per_hour" in overrides:
+        changed["price_as_of"] = "catalog_overrides"
+    return replace(instance, sources=sources, **changed)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
 class Model:
-    """Shape of a decoder model: what KV-cache and weight sizes follow from."""
+    """Shape of a decoder model: what KV-cache and weight sizes and prefill FLOPs follow from."""
 
     id: str
     layers: int
@@ -299,6 +429,7 @@ class Model:
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
     mla: bool = False  # LMCache's fs connector cannot store MLA KV (reference curvine-lmcache.md 2.6)
     source: str = ""
+    as_of: str = COLLECTED
 
     @property
     def dtype_bytes(self) -> int:
@@ -310,10 +441,57 @@ class Model:
         return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
 
     @property
+    def params(self) -> float:
+        return self.params_billion * 1e9
+
+    @property
     def weight_bytes(self) -> float:
-        return self.params_billion * 1e9 * self.dtype_bytes
+        return self.params * self.dtype_bytes
+
+    @property
+    def linear_flops_per_token(self) -> float:
+        """2 x parameters: one multiply and one add per weight per token (forward pass)."""
+        return 2 * self.params
+
+    @property
+    def attention_flops_coefficient(self) -> float:
+        """Causal self-attention of an N-token prompt costs this x N^2 FLOPs.
+
+        QK^T and AV cost 4 x S x T x (heads x head dim) per layer for S queries over T keys; with a causal mask a
+        prompt of N tokens has N^2 / 2 query-key pairs, so 2 x layers x heads x head dim x N^2.
+        """
+        return 2 * self.layers * self.attention_heads * self.head_dim
+
+    def prefill_flops(self, tokens: int) -> float:
+        """FLOPs to prefill a prompt of `tokens` tokens from scratch."""
+        return self.linear_flops_per_token * tokens + self.attention_flops_coefficient * tokens * tokens
 
 
+class ShapeLike(Protocol):
+    """What a LOB file's `models.<id>` entry provides (kvtier.config.endpoint.ModelShape)."""
+
+    @property
+    def layers(self) -> int: ...
+    @property
+    def attention_heads(self) -> int: ...
+    @property
+    def kv_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def params_billion(self) -> float: ...
+    @property
+    def dtype(self) -> Literal["bfloat16", "float16"]: ...
+
+
+class UnknownModelError(LookupError):
+    """Neither the catalog nor the LOB file describes a model."""
+
+
+# Prefill FLOPs: 2 x parameters per token plus 4 x S x T x (heads x head dim) per layer for attention (PaLM, Chowdhery
+# et al. 2022, appendix B: 6N + 12 L H Q T per training token = 3 x the forward pass; also fergusfinn.com/talks/
+# inference-arithmetic), halved for the causal mask of a prefill.
+REF_FLOPS = "PaLM (arXiv 2204.02311) appendix B forward FLOPs 2N + 4LHQT per token, attention halved by the causal mask"
 _MODEL_SRC = "reference curvine-lmcache.md 3 (config.json via citsjtu2020/LLM-Prof:sglang/Model_Config.md)"
 _MODEL_3P = "reference curvine-lmcache.md 3 [3P]"
 
@@ -334,3 +512,26 @@ MODELS: Mapping[str, Model] = {
         Model("mistralai/Mistral-7B-Instruct-v0.3", 32, 32, 8, 128, 7.25, source=_MODEL_3P),
     ]
 }
+
+
+def resolve_model(model_id: str, described: Mapping[str, ShapeLike]) -> Model:
+    """The shape of `model_id`: the LOB file's description (`models.<id>`) first, else the catalog's.
+
+    A LOB describes models the catalog lacks, and may correct a catalog entry for its own checkpoint.
+    """
+    shape = described.get(model_id)
+    if shape is not None:
+        return Model(
+            id=model_id,
+            layers=shape.layers,
+            attention_heads=shape.attention_heads,
+            kv_heads=shape.kv_heads,
+            head_dim=shape.head_dim,
+            params_billion=shape.params_billion,
+            dtype=shape.dtype,
+            source=f"the LOB file (models.{model_id})",
+            as_of="config",
+        )
+    if model_id in MODELS:
+        return MODELS[model_id]
+    raise UnknownModelError(model_id)

@@ -106,6 +106,13 @@ BAD_INPUTS: list[tuple[str, Edit, str, str]] = [
     ("admin not an ARN", lambda d: d["eks"].update(admins=["alice"]), "eks.admins[0]", "arn:aws:iam"),
     ("reserved tag prefix", lambda d: d.update(tags={"aws:owner": "x"}), "tags", "reserved"),
     ("even Curvine masters", lambda d: d["curvine"].update(masters=2), "curvine.masters", "odd"),
+    (
+        "worker data larger than the NVMe",
+        lambda d: d["curvine"].update(worker_data_gb=700),
+        "curvine.worker_data_gb",
+        "ml.g6e.4xlarge",
+    ),
+    ("more masters than system nodes", lambda d: d["curvine"].update(masters=3), "curvine.masters", "system"),
     ("lob listed twice", lambda d: d.update(lobs=["retail", "retail"]), "lobs[1]", "once"),
     ("lob without a file", lambda d: d.update(lobs=["retail", "nosuch"]), "lobs[1]", "no file"),
     ("duplicate group names", lambda d: _groups(d)[1].update(name="system"), "hyperpod.instance_groups", "twice"),

@@ -1,0 +1,180 @@
+"""The plan of one environment as plain data: what `kvtier plan --json` prints and the tables are drawn from."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
+from kvtier.planner.cost import P5_RULE, P5_TYPE, SHARE_RULE, EnvCost, LobCost, Price, env_cost
+from kvtier.planner.gpu import gpu_budget
+from kvtier.planner.shapes import endpoint_model
+from kvtier.planner.speed import speeds
+from kvtier.planner.tiers import endpoint_tiers, l2_share
+
+if TYPE_CHECKING:
+    from kvtier.config.endpoint import Endpoint
+    from kvtier.config.loader import Config
+    from kvtier.config.lob import LineOfBusiness
+
+RULES = {
+    "l0": "per replica: GPU memory x gpu_memory_utilization - weights / tensor_parallel - gpu_reserve_gib, "
+    "divided by the GPU's share of a token's KV, rounded down to whole vLLM blocks",
+    "l1": "per replica: cache.l1_gb GiB (LMCache's unit) / KV bytes per token",
+    "l2": "curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
+    "memory_percent of the GPU nodes' RAM split equally among the environment's tieredstorage endpoints",
+    "l1_load": "chunk KV / tensor_parallel / the GPU's host-to-GPU bandwidth (each rank copies its shard)",
+    "l2_load": "chunk KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
+    "l2_fuse_cap_gbps) (a cross-node read: the chunk is on another node's Curvine worker); single-flow bound: "
+    "chunk KV / (single_flow_gbps / 8)",
+    "recompute": "FLOPs(N) = 2 x params x N + 2 x layers x attention_heads x head_dim x N^2 (" + REF_FLOPS + "), "
+    "at tensor_parallel x dense BF16 TFLOPS x prefill_mfu",
+    "break_even": "the shortest prefix (whole chunks) whose L2 load time is below its recompute time",
+    "lob_share": SHARE_RULE,
+    "p5": P5_RULE,
+    "month": "price per hour x hours_per_month",
+}
+
+
+def _price(price: Price) -> dict[str, Any]:
+    return {
+        "per_hour": round(price.per_hour, 4) if price.known else None,
+        "per_month": round(price.per_month, 2) if price.known else None,
+        "known_part_per_hour": round(price.per_hour, 4),
+        "known_part_per_month": round(price.per_month, 2),
+        "unknown": list(price.unknown),
+    }
+
+
+def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_tokens: int) -> dict[str, Any]:
+    env = config.env
+    model = endpoint_model(lob, endpoint, config.files.get(lob.name, lob.name))
+    instance = env.instance(endpoint.instance_type)
+    tp = endpoint.tensor_parallel
+    tiers = endpoint_tiers(env, config.lobs, lob, endpoint, model)
+    budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
+    speed = speeds(model, instance, tp)
+    share = l2_share(env, config.lobs, lob, endpoint)
+    chunk = endpoint.cache.chunk_size
+    has_l2 = tiers.has_l2
+    break_even = tiers.l2_break_even_tokens()
+    if not has_l2:
+        note = "no L2 for this endpoint"
+    elif break_even is None:
+        note = "an L2 hit never beats recomputing: L2 per-token load is slower than prefill at every length"
+    elif break_even > endpoint.max_model_len:
+        note = f"above max_model_len {endpoint.max_model_len}: L2 hits lose to recomputing for every allowed prompt"
+    else:
+        note = f"prefixes of {break_even} tokens or more load from L2 faster than they recompute"
+    return {
+        "lob": lob.name,
+        "endpoint": endpoint.name,
+        "mode": endpoint.mode,
+        "routing": endpoint.routing,
+        "model": {
+            "id": model.id,
+            "params_billion": model.params_billion,
+            "layers": model.layers,
+            "attention_heads": model.attention_heads,
+            "kv_heads": model.kv_heads,
+            "head_dim": model.head_dim,
+            "dtype": model.dtype,
+            "source": model.source,
+        },
+        "instance_type": endpoint.instance_type,
+        "tensor_parallel": tp,
+        "replicas": endpoint.replicas,
+        "max_replicas": endpoint.max_replicas,
+        "max_model_len": endpoint.max_model_len,
+        "weights": {"gib": model.weight_bytes / GIB, "gib_per_gpu": budget.weights_gib},
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "chunk": {"tokens": chunk, "bytes": chunk * model.kv_bytes_per_token},
+        "l0": {
+            "tokens_per_replica": tiers.l0_tokens,
+            "gpu_gib": budget.memory_gib,
+            "usable_gib_per_gpu": budget.usable_gib,
+            "reserve_gib_per_gpu": budget.reserve_gib,
+            "kv_gib_per_gpu": budget.kv_gib,
+        },
+        "l1": {"gib_per_replica": endpoint.cache.l1_gb, "tokens_per_replica": tiers.l1_tokens},
+        "l2": {"backend": share.backend, "gb": share.bytes / GB, "tokens": tiers.l2_tokens, "rule": share.rule},
+        "load": {
+            "h2d_gbps": instance.gpu_spec.host_to_gpu_gbps,
+            "l1_chunk_s": tiers.l1_load_seconds(chunk),
+            "l2_read_gbps": speed.l2_read_gbps if has_l2 else None,
+            "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,
+            "l2_chunk_s_single_flow": speed.l2_single_flow_s_per_token * chunk if has_l2 else None,
+        },
+        "recompute": {
+            "tokens": prompt_tokens,
+            "seconds": tiers.prefill_seconds(prompt_tokens),
+            "l2_load_seconds": tiers.l2_load_seconds(prompt_tokens) if has_l2 else None,
+            "effective_tflops": speed.prefill_tflops,
+            "prefill_mfu": instance.prefill_mfu,
+        },
+        "break_even_tokens": break_even,
+        "break_even_note": note,
+    }
+
+
+def _lob(cost: LobCost) -> dict[str, Any]:
+    return {
+        "name": cost.name,
+        "gpus": cost.gpus,
+        "max_gpus": cost.max_gpus,
+        "gpu_quota": cost.gpu_quota,
+        "nodes": cost.nodes,
+        "price": _price(cost.price),
+        "p5": {"h100_gpus": cost.h100_gpus, "price": _price(cost.p5_price)},
+    }
+
+
+def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
+    env = config.env
+    return {
+        "name": env.name,
+        "region": env.region,
+        "groups": [
+            {
+                "name": g.name,
+                "role": g.role,
+                "instance_type": g.instance_type,
+                "count": g.count,
+                "gpus_per_node": g.gpus,
+                "price_per_node_hour": env.instance(g.instance_type).price_per_hour,
+                "price_source": env.instance(g.instance_type).sources.get("price_per_hour"),
+                "price_as_of": env.instance(g.instance_type).price_as_of,
+                "price": _price(g.price),
+            }
+            for g in cost.groups
+        ],
+        "gpus": cost.gpus,
+        "gpu_nodes": cost.gpu_nodes,
+        "allocated_gpus": cost.allocated_gpus,
+        "gpu_price": _price(cost.gpu_price),
+        "system_price": _price(cost.system_price),
+        "unallocated_gpu_price": _price(cost.unallocated_price),
+        "total_price": _price(cost.total),
+        "p5": {
+            "instance_type": P5_TYPE,
+            "price_per_node_hour": env.instance(P5_TYPE).price_per_hour,
+            "h100_gpus": cost.h100_gpus,
+            "instances": cost.p5_instances,
+            "price": _price(cost.p5_price),
+            "total_price": _price(cost.total_on_p5),
+        },
+    }
+
+
+def build_plan(config: Config, prompt_tokens: int = 4096) -> dict[str, Any]:
+    """Everything `kvtier plan` shows, as JSON-ready data."""
+    endpoints = [_endpoint(config, lob, e, prompt_tokens) for lob in config.lobs for e in lob.endpoints]
+    cost = env_cost(config.env, config.lobs)
+    return {
+        "environment": _environment(config, cost),
+        "endpoints": endpoints,
+        "lobs": [_lob(c) for c in cost.lobs],
+        "rules": RULES,
+        "assumptions": {name: asdict(fact) for name, fact in PLANNING_FACTS.items()},
+        "warnings": [str(w) for w in config.warnings],
+    }

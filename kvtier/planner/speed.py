@@ -1,0 +1,42 @@
+"""How fast each tier returns KV, and how fast a GPU recomputes it (README "Plan capacity and cost", speeds)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvtier.catalog import GB, SINGLE_FLOW_GBPS, InstanceType, Model
+
+
+@dataclass(frozen=True)
+class Speeds:
+    """Seconds per token of one replica: loading KV from L1 or L2, and recomputing it (linear and N^2 parts)."""
+
+    l1_s_per_token: float
+    l2_s_per_token: float
+    l2_single_flow_s_per_token: float
+    prefill_s_per_token: float
+    prefill_s_per_token_squared: float
+    l2_read_gbps: float
+    prefill_tflops: float  # effective: TP GPUs x dense BF16 peak x MFU
+
+
+def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds:
+    gpu = instance.gpu_spec
+    kv = model.kv_bytes_per_token
+    # L1 -> GPU: every TP rank copies its own shard over its own PCIe link, in parallel.
+    l1 = kv / tensor_parallel / (gpu.host_to_gpu_gbps * GB)
+    # L2: the whole token's KV crosses the node's network (the ranks share one NIC).
+    l2_gbps = instance.l2_read_gbps or 0.0
+    l2 = kv / (l2_gbps * GB) if l2_gbps > 0 else float("inf")
+    single_flow = kv / (SINGLE_FLOW_GBPS.value / 8 * GB)
+    mfu = instance.prefill_mfu or 0.0
+    flops = tensor_parallel * gpu.bf16_dense_tflops * 1e12 * mfu
+    return Speeds(
+        l1_s_per_token=l1,
+        l2_s_per_token=l2,
+        l2_single_flow_s_per_token=single_flow,
+        prefill_s_per_token=model.linear_flops_per_token / flops if flops else float("inf"),
+        prefill_s_per_token_squared=model.attention_flops_coefficient / flops if flops else float("inf"),
+        l2_read_gbps=l2_gbps,
+        prefill_tflops=flops / 1e12,
+    )

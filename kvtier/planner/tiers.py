@@ -1,0 +1,119 @@
+"""One endpoint's tiers as a TierModel: L0 (GPU), L1 (LMCache host DRAM), L2 (its share of the shared pool)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvtier.catalog import GB, GIB, Model
+from kvtier.config.endpoint import Endpoint
+from kvtier.config.environment import Environment
+from kvtier.config.lob import LineOfBusiness
+from kvtier.errors import UsageError
+from kvtier.planner.gpu import gpu_budget
+from kvtier.planner.model import TierModel
+from kvtier.planner.shapes import endpoint_model
+from kvtier.planner.speed import speeds
+
+if TYPE_CHECKING:
+    from kvtier.config.loader import Config
+
+L2_SHARE_RULES = {
+    "curvine": "the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints",
+    "tieredstorage": "HyperPod Tiered Storage (memory_percent of every GPU node's RAM) split equally among the "
+    "environment's `l2: tieredstorage` endpoints",
+    "none": "no L2",
+}
+
+
+@dataclass(frozen=True)
+class L2Share:
+    backend: str
+    bytes: float
+    rule: str
+
+
+def l2_share(env: Environment, lobs: Sequence[LineOfBusiness], lob: LineOfBusiness, endpoint: Endpoint) -> L2Share:
+    """The L2 bytes planned for this endpoint (the janitor enforces the LOB's budget, not per-endpoint shares)."""
+    backend = endpoint.cache.l2
+    if backend == "curvine":
+        sharers = sum(1 for e in lob.endpoints if e.cache.l2 == "curvine")
+        return L2Share(backend, lob.l2.budget_gb * GB / sharers, L2_SHARE_RULES[backend])
+    if backend == "tieredstorage":
+        tiered = env.hyperpod.tiered_storage
+        pool = 0.0
+        if tiered.enabled:
+            for group in env.groups("gpu"):
+                pool += group.count * env.instance(group.instance_type).memory_gib * GIB * tiered.memory_percent / 100
+        sharers = sum(1 for other in lobs for e in other.endpoints if e.cache.l2 == "tieredstorage")
+        return L2Share(backend, pool / max(sharers, 1), L2_SHARE_RULES[backend])
+    return L2Share(backend, 0.0, L2_SHARE_RULES[backend])
+
+
+def endpoint_tiers(
+    env: Environment,
+    lobs: Sequence[LineOfBusiness],
+    lob: LineOfBusiness,
+    endpoint: Endpoint,
+    model: Model,
+    *,
+    replicas: int | None = None,
+    l1_gb: float | None = None,
+    l2_gb: float | None = None,
+) -> TierModel:
+    """The TierModel of one endpoint; the overrides replace the config's replicas, L1 GiB and L2 share (GB)."""
+    instance = env.instance(endpoint.instance_type)
+    tp = endpoint.tensor_parallel
+    kv = model.kv_bytes_per_token
+    budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
+    speed = speeds(model, instance, tp)
+    l1_bytes = (endpoint.cache.l1_gb if l1_gb is None else l1_gb) * GIB
+    share = l2_share(env, lobs, lob, endpoint)
+    l2_bytes = share.bytes if l2_gb is None or share.backend == "none" else l2_gb * GB
+    return TierModel(
+        kv_bytes_per_token=kv,
+        chunk_tokens=endpoint.cache.chunk_size,
+        block_tokens=endpoint.block_size,
+        replicas=endpoint.replicas if replicas is None else replicas,
+        l0_tokens=budget.tokens,
+        l1_tokens=int(l1_bytes // kv),
+        l2_tokens=int(l2_bytes // kv),
+        l1_load_s_per_token=speed.l1_s_per_token,
+        l2_load_s_per_token=speed.l2_s_per_token if share.backend != "none" else float("inf"),
+        prefill_s_per_token=speed.prefill_s_per_token,
+        prefill_s_per_token_squared=speed.prefill_s_per_token_squared,
+        max_model_len=endpoint.max_model_len,
+    )
+
+
+def find_endpoint(config: Config, lob: str, endpoint: str) -> tuple[LineOfBusiness, Endpoint]:
+    """The LOB and endpoint named, or a UsageError listing what exists."""
+    by_name = {item.name: item for item in config.lobs}
+    if lob not in by_name:
+        known = ", ".join(by_name) or "none"
+        raise UsageError(f"environment '{config.env.name}' runs no line of business '{lob}'; it runs: {known}")
+    found = by_name[lob]
+    for item in found.endpoints:
+        if item.name == endpoint:
+            return found, item
+    known = ", ".join(e.name for e in found.endpoints)
+    raise UsageError(f"line of business '{lob}' has no endpoint '{endpoint}'; its endpoints: {known}")
+
+
+def tier_model(
+    config: Config,
+    lob: str,
+    endpoint: str,
+    *,
+    replicas: int | None = None,
+    l1_gb: float | None = None,
+    l2_gb: float | None = None,
+) -> TierModel:
+    """The tier model of `lob`/`endpoint` in a loaded config (overrides as used by `kvtier simulate`)."""
+    for name, value in (("replicas", replicas), ("l1_gb", l1_gb), ("l2_gb", l2_gb)):
+        if value is not None and value < (1 if name == "replicas" else 0):
+            raise UsageError(f"{name} override {value} is out of range; use {'>= 1' if name == 'replicas' else '>= 0'}")
+    found_lob, found = find_endpoint(config, lob, endpoint)
+    model = endpoint_model(found_lob, found, config.files.get(found_lob.name, f"lobs/{found_lob.name}.yaml"))
+    return endpoint_tiers(config.env, config.lobs, found_lob, found, model, replicas=replicas, l1_gb=l1_gb, l2_gb=l2_gb)

@@ -1,0 +1,167 @@
+"""`kvtier plan` on the example environments: the table and the JSON carry the planner's numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kvtier.catalog import GB, GIB, INSTANCE_TYPES, MODELS, PLANNING_FACTS
+from kvtier.cli import main as cli
+from tests.support import CONFIG_DIR
+
+
+def _yaml(relative: str) -> Any:
+    return yaml.safe_load((CONFIG_DIR / relative).read_text())
+
+
+def _endpoints(env: str) -> list[tuple[str, str, str]]:
+    """(LOB, endpoint, model id) of an example environment, read from its YAML files."""
+    return [
+        (lob, e["name"], e["model"]["id"])
+        for lob in _yaml(f"environments/{env}.yaml")["lobs"]
+        for e in _yaml(f"lobs/{lob}.yaml")["endpoints"]
+    ]
+
+
+def _price(instance_type: str) -> float:
+    price = INSTANCE_TYPES[instance_type].price_per_hour
+    assert price is not None
+    return price
+
+
+def _plan(env: str, capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, Any]:
+    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR), "--json", *extra]) == 0
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every example endpoint runs on ml.g6e.4xlarge (one L40S: 44.4 GiB visible, 362.05 TFLOPS, 25 GB/s from host,
+    20 Gbps network): its numbers by hand from the reference, with the YAML's own settings."""
+    plan = _plan(env, capsys, "--tokens", "1925")
+    assert [(e["lob"], e["endpoint"], e["model"]["id"]) for e in plan["endpoints"]] == _endpoints(env)
+    for e in plan["endpoints"]:
+        written = next(x for x in _yaml(f"lobs/{e['lob']}.yaml")["endpoints"] if x["name"] == e["endpoint"])
+        assert written["instance_type"] == "ml.g6e.4xlarge" and written.get("tensor_parallel", 1) == 1
+        utilization = written.get("gpu_memory_utilization", 0.9)
+        chunk = written.get("cache", {}).get("chunk_size", 256)
+        model = MODELS[e["model"]["id"]]
+        kv = 2 * model.layers * model.kv_heads * model.head_dim * 2
+        assert e["kv_bytes_per_token"] == kv
+        assert e["weights"]["gib"] == pytest.approx(model.params_billion * 2e9 / GIB)
+        assert e["chunk"] == {"tokens": chunk, "bytes": chunk * kv}
+        assert e["l1"]["tokens_per_replica"] == int(written["cache"]["l1_gb"] * GIB // kv)
+        kv_gib = 44.4 * utilization - model.params_billion * 2e9 / GIB - 2.5
+        assert e["l0"]["kv_gib_per_gpu"] == pytest.approx(kv_gib)
+        assert e["l0"]["tokens_per_replica"] == int(kv_gib * GIB // (16 * kv)) * 16
+        assert e["l2"]["backend"] == "curvine" and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // kv)
+        assert e["load"]["l1_chunk_s"] == pytest.approx(chunk * kv / 25e9)
+        assert e["load"]["l2_chunk_s"] == pytest.approx(chunk * kv / 1.84e9, rel=0.01)
+        assert e["load"]["l2_chunk_s_single_flow"] == pytest.approx(chunk * kv / (5e9 / 8))
+        assert e["recompute"]["tokens"] == 1925
+        flops_linear = 2 * model.params_billion * 1e9
+        flops_squared = 2 * model.layers * model.attention_heads * model.head_dim
+        peak = 362.05e12 * 0.5
+        assert e["recompute"]["seconds"] == pytest.approx((flops_linear * 1925 + flops_squared * 1925**2) / peak)
+        # Break-even by hand: the first whole chunk N with N x kv / 1.84 GB/s < recompute(N).
+        n = chunk
+        while n * kv / 1.84e9 >= (flops_linear * n + flops_squared * n * n) / peak:
+            n += chunk
+        assert e["break_even_tokens"] == n
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_plan_json_costs(env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    plan = _plan(env, capsys)
+    groups = _yaml(f"environments/{env}.yaml")["hyperpod"]["instance_groups"]
+    total = sum(g["count"] * _price(g["instance_type"]) for g in groups)
+    environment = plan["environment"]
+    assert environment["total_price"]["per_hour"] == pytest.approx(total, abs=1e-3)
+    assert environment["total_price"]["per_month"] == pytest.approx(total * 730, abs=0.01)
+    l40s = sum(g["count"] * INSTANCE_TYPES[g["instance_type"]].gpus for g in groups if g["role"] == "gpu")
+    h100 = l40s * 362.05 / 989.4
+    assert environment["p5"]["h100_gpus"] == pytest.approx(h100)
+    assert environment["p5"]["instances"] == -(-h100 // 8)
+    lob_names = _yaml(f"environments/{env}.yaml")["lobs"]
+    assert [lob["name"] for lob in plan["lobs"]] == lob_names
+    for lob in plan["lobs"]:
+        endpoints = _yaml(f"lobs/{lob['name']}.yaml")["endpoints"]
+        gpus = sum(e.get("replicas", 1) * e.get("tensor_parallel", 1) for e in endpoints)
+        assert lob["gpus"] == gpus
+        per_gpu = {
+            e["instance_type"]: _price(e["instance_type"]) / INSTANCE_TYPES[e["instance_type"]].gpus for e in endpoints
+        }
+        assert lob["price"]["per_hour"] == pytest.approx(
+            sum(e.get("replicas", 1) * e.get("tensor_parallel", 1) * per_gpu[e["instance_type"]] for e in endpoints),
+            abs=1e-3,
+        )
+        p5 = gpus * 362.05 / 989.4 * _price("ml.p5.48xlarge") / 8
+        assert lob["p5"]["price"]["per_hour"] == pytest.approx(p5, abs=1e-3)
+    assert set(plan["assumptions"]) == set(PLANNING_FACTS)
+    assert all(fact["source"] and fact["as_of"] for fact in plan["assumptions"].values())
+    assert {"l0", "l1", "l2", "l1_load", "l2_load", "recompute", "break_even", "lob_share", "p5"} <= set(plan["rules"])
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_plan_json_warnings_are_the_validators(env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtier.config.loader import load_config
+
+    assert _plan(env, capsys)["warnings"] == [str(w) for w in load_config(CONFIG_DIR, env).warnings]
+
+
+@pytest.mark.parametrize("env", ["dev", "prod"])
+def test_plan_table(env: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR)]) == 0
+    out = capsys.readouterr().out
+    for lob, endpoint, model_id in _endpoints(env):
+        assert f"{lob}/{endpoint}" in out
+        assert model_id in out
+        assert f"{MODELS[model_id].kv_bytes_per_token:,} B" in out
+    for title in ("Endpoints", "Lines of business", f"Environment {env}", "GPU capacity on P5", "break_even"):
+        assert title in out
+    assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out  # retail's two GPUs
+
+
+def test_plan_rejects_a_bad_token_count(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["plan", "--config-dir", str(CONFIG_DIR), "--tokens", "0"]) == 2
+    assert "--tokens 0 is out of range" in capsys.readouterr().err
+
+
+def test_plan_of_an_invalid_config_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["plan", "-e", "nope", "--config-dir", str(CONFIG_DIR)]) == 2
+    err = capsys.readouterr().err
+    assert "environment 'nope' has no file" in err and "Traceback" not in err
+
+
+def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    env_path = config_copy / "environments" / "dev.yaml"
+    env = yaml.safe_load(env_path.read_text())
+    env["hyperpod"]["instance_groups"][0]["instance_type"] = "ml.m5.8xlarge"  # no price in the sources
+    env_path.write_text(yaml.safe_dump(env))
+    assert cli(["plan", "--config-dir", str(config_copy), "--json"]) == 0
+    total = json.loads(capsys.readouterr().out)["environment"]["total_price"]
+    known = 2 * _price("ml.g6e.4xlarge")
+    assert total["per_hour"] is None and total["unknown"] == ["ml.m5.8xlarge"]
+    assert total["known_part_per_hour"] == pytest.approx(known)
+    assert total["known_part_per_month"] == pytest.approx(known * 730)
+    assert cli(["plan", "--config-dir", str(config_copy)]) == 0
+    assert f">= ${known * 730:,.2f} (unknown: ml.m5.8xlarge)" in capsys.readouterr().out
+
+
+def test_plan_of_an_endpoint_without_l2(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = config_copy / "lobs" / "retail.yaml"
+    lob = yaml.safe_load(path.read_text())
+    lob["endpoints"][0]["cache"]["l2"] = "none"
+    path.write_text(yaml.safe_dump(lob))
+    assert cli(["plan", "--config-dir", str(config_copy), "--json"]) == 0
+    (endpoint,) = json.loads(capsys.readouterr().out)["endpoints"]
+    assert endpoint["l2"]["tokens"] == 0 and endpoint["load"]["l2_chunk_s"] is None
+    assert endpoint["break_even_tokens"] is None and endpoint["break_even_note"] == "no L2 for this endpoint"
+    assert endpoint["recompute"]["l2_load_seconds"] is None
+    assert cli(["plan", "--config-dir", str(config_copy)]) == 0
+    assert "never" in capsys.readouterr().out
