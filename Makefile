@@ -10,12 +10,13 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 # LMCache's config parser, for the test that checks the settings we emit (tooling.md: no torch needed).
 LMCACHE_VERSION := 0.4.3
 
-.PHONY: help setup synth test lint pytest bench-synth crds clean
+.PHONY: help setup synth test lint pytest bench-synth bench-sim crds clean
 
 help:
 	@echo "make synth   set up, then synthesize the default environment into cdk.out/ and dist/"
 	@echo "make test    set up, then run linters and the whole test suite"
 	@echo "make bench-synth   time the synth against a minimal CDK app, write docs/benchmarks.md"
+	@echo "make bench-sim     time the simulator on the public trace, write docs/benchmarks.md"
 	@echo "make crds    fetch the pinned upstream CRDs into .crds/ (needs network)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
@@ -46,6 +47,9 @@ test: lint pytest
 
 bench-synth: setup
 	$(PY) -m kvtier.benchsynth
+
+bench-sim: setup
+	$(PY) -m kvtier.simulate.bench --repeat 5 --output docs/benchmarks.md
 
 crds:
 	bash scripts/fetch-crds.sh

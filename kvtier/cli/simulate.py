@@ -1,0 +1,224 @@
+"""`kvtier simulate`: replay a request trace through an endpoint's replicas, cache tiers and routers, and predict
+the token hit rate of each tier and the TTFT that follows, before deploying it.
+
+Capacities, bandwidths and prefill speed come from the planner (the same TierModel `kvtier plan` uses); the trace
+is Mooncake-format JSONL (timestamp ms, input_length, output_length, hash_ids of 512-token blocks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
+from kvtier.errors import ExitCode, UsageError
+from kvtier.simulate.engine import JANITOR_EVERY_S
+from kvtier.simulate.routers import STRATEGIES
+
+if TYPE_CHECKING:
+    from kvtier.config.endpoint import Endpoint
+    from kvtier.config.loader import Config
+    from kvtier.config.lob import LineOfBusiness
+    from kvtier.planner.model import TierModel
+
+    TierModelFunction = Callable[..., TierModel]
+
+PROGRESS_MIN_REQUESTS = 10_000  # show a progress bar when this many requests are replayed in all
+DEFAULT_OUT = Path("out") / "simulate"
+WIDE = 160  # table width when stdout is not a terminal (rich would assume 80)
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "simulate",
+        help="replay a trace through an endpoint's tiers and routers; predict hit rates and TTFT",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_env_options(parser)
+    parser.add_argument("--lob", help="line of business (default: the only one of the environment)")
+    parser.add_argument("--endpoint", help="endpoint of the LOB (default: its only one)")
+    parser.add_argument("--trace", required=True, type=Path, help="Mooncake-format JSONL trace")
+    parser.add_argument(
+        "--routing",
+        nargs="+",
+        choices=STRATEGIES,
+        metavar="STRATEGY",
+        help=f"one or more of {', '.join(STRATEGIES)} (default: all)",
+    )
+    parser.add_argument("--replicas", type=int, help="replicas (default: the endpoint's)")
+    parser.add_argument("--l1-gb", type=float, help="L1 CPU DRAM per replica in GiB (default: cache.l1_gb)")
+    parser.add_argument(
+        "--l2-gb", type=float, nargs="+", metavar="GB", help="L2 budget of the endpoint in GB; several values sweep it"
+    )
+    parser.add_argument("--qps-scale", type=float, default=1.0, help="replay at this multiple of the trace's rate")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the routers' random tie-breaks (default 0)")
+    parser.add_argument("--slots", type=int, default=1, help="prefills a replica runs at once (default 1)")
+    parser.add_argument(
+        "--janitor-every",
+        type=float,
+        default=JANITOR_EVERY_S,
+        metavar="SECONDS",
+        help=f"L2 janitor sweep period (default {JANITOR_EVERY_S:g}, its CronJob's; 0: at every write)",
+    )
+    parser.add_argument(
+        "--prefix-min-match", type=int, default=0, metavar="TOKENS", help="prefixaware: least-loaded below this match"
+    )
+    parser.add_argument(
+        "--kv-aware-threshold", type=int, default=2000, metavar="TOKENS", help="kvaware fallback threshold (2000)"
+    )
+    parser.add_argument("--out", type=Path, help=f"folder for the plots (default {DEFAULT_OUT}/<env>/<lob>/<endpoint>)")
+    parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    add_json_option(parser)
+    parser.set_defaults(func=run)
+
+
+def load_tier_model() -> TierModelFunction:
+    """The planner's `tier_model(config, lob, endpoint, *, replicas, l1_gb, l2_gb)`, imported when the command runs."""
+    from kvtier.planner.tiers import tier_model
+
+    return tier_model
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from kvtier.simulate.engine import SimConfig, simulate
+    from kvtier.simulate.report import gigabytes, json_report, print_report
+    from kvtier.simulate.result import SimResult
+    from kvtier.simulate.trace import UnitTrace, load_trace, to_units
+
+    _check_flags(args)
+    config = load_from_args(args)
+    lob, endpoint = _pick(config, args.lob, args.endpoint)
+    trace = load_trace(args.trace)
+    tier_model = load_tier_model()
+    strategies = list(dict.fromkeys(args.routing or STRATEGIES))
+    runs: list[tuple[TierModel, UnitTrace, SimConfig, float]] = []
+    for l2_gb in args.l2_gb or [None]:
+        model = tier_model(config, lob.name, endpoint.name, replicas=args.replicas, l1_gb=args.l1_gb, l2_gb=l2_gb)
+        units = to_units(trace, model.chunk_tokens, args.qps_scale)
+        label = l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model)
+        for routing in strategies:
+            sim = SimConfig(
+                routing=routing,
+                slots=args.slots,
+                seed=args.seed,
+                qps_scale=args.qps_scale,
+                prefix_min_match_tokens=args.prefix_min_match,
+                kv_aware_threshold=args.kv_aware_threshold,
+                **_l2_policy(endpoint, lob, args.janitor_every),
+            )
+            runs.append((model, units, sim, label))
+
+    err = Console(stderr=True)
+    results: list[SimResult] = []
+    total = len(runs) * len(trace)
+    with _progress(err, total >= PROGRESS_MIN_REQUESTS) as bar:
+        task = bar.add_task("simulating", total=total)
+        for done_runs, (model, units, sim, label) in enumerate(runs):
+            result = simulate(units, model, sim, _advance(bar, task, done_runs * len(trace)))
+            results.append(dataclasses.replace(result, extra={"l2_gb": label}))
+    results.sort(key=lambda r: (strategies.index(r.routing), r.extra["l2_gb"]))  # stable: runs in sweep order
+
+    where = f"{config.env.name}/{lob.name}/{endpoint.name}"
+    title = f"{where} on {args.trace.name} (x{args.qps_scale:g} rate, seed {args.seed})"
+    plots: list[str] = []
+    if not args.no_plots:
+        from kvtier.simulate.plots import write_plots
+
+        out = args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name
+        plots = [str(p) for p in write_plots(results, out, title)]
+    first = runs[0][0]
+    if args.json:
+        context = {
+            "env": config.env.name,
+            "lob": lob.name,
+            "endpoint": endpoint.name,
+            "configured_routing": endpoint.routing,
+            "trace": {"path": str(args.trace), "requests": len(trace)},
+            "l2_max_age_hours": lob.l2.max_age_hours,
+            "janitor_every_s": args.janitor_every,
+        }
+        print_json(json_report(context, first, results, plots))
+    else:
+        out_console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+        print_report(out_console, title, first, results, endpoint.routing)
+        for plot in plots:
+            out_console.print(f"wrote {plot}")
+    if not any(r.served for r in results):
+        print(f"kvtier simulate: every request is longer than max_model_len {first.max_model_len}", file=sys.stderr)
+        return int(ExitCode.PROBLEMS)
+    return int(ExitCode.OK)
+
+
+def _l2_policy(endpoint: Endpoint, lob: LineOfBusiness, janitor_every_s: float) -> dict[str, Any]:
+    """Curvine L2 is kept by the LOB's janitor (age, then oldest down to 90% of the budget, every 10 minutes).
+    HyperPod Tiered Storage evicts by itself, by a policy AWS does not document: modelled as oldest-first at the
+    budget, no age limit."""
+    if endpoint.cache.l2 == "curvine":
+        return {"l2_max_age_s": lob.l2.max_age_hours * 3600.0, "janitor_every_s": janitor_every_s}
+    return {"l2_max_age_s": None, "janitor_every_s": 0.0, "l2_target_fraction": 1.0}
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    checks = (
+        (args.replicas is not None and args.replicas < 1, f"--replicas {args.replicas}", "give 1 or more"),
+        (args.l1_gb is not None and args.l1_gb < 0, f"--l1-gb {args.l1_gb}", "give 0 (off) or more"),
+        (any(v < 0 for v in args.l2_gb or []), f"--l2-gb {args.l2_gb}", "give sizes of 0 (off) or more"),
+        (args.qps_scale <= 0, f"--qps-scale {args.qps_scale}", "give a factor > 0"),
+        (args.slots < 1, f"--slots {args.slots}", "give 1 or more"),
+        (args.janitor_every < 0, f"--janitor-every {args.janitor_every}", "give seconds >= 0"),
+        (args.prefix_min_match < 0, f"--prefix-min-match {args.prefix_min_match}", "give tokens >= 0"),
+        (args.kv_aware_threshold < 0, f"--kv-aware-threshold {args.kv_aware_threshold}", "give tokens >= 0"),
+    )
+    for failed, flag, allowed in checks:
+        if failed:
+            raise UsageError(f"{flag} is out of range; {allowed}")
+
+
+def _pick(config: Config, lob_name: str | None, endpoint_name: str | None) -> tuple[LineOfBusiness, Endpoint]:
+    lobs = {lob.name: lob for lob in config.lobs}
+    if lob_name is None:
+        if len(lobs) != 1:
+            raise UsageError(f"--lob is needed: environment '{config.env.name}' runs {', '.join(lobs) or 'no LOB'}")
+        lob_name = next(iter(lobs))
+    if lob_name not in lobs:
+        raise UsageError(
+            f"--lob '{lob_name}' is not a line of business of '{config.env.name}'; use one of {', '.join(lobs)}"
+        )
+    lob = lobs[lob_name]
+    endpoints = {e.name: e for e in lob.endpoints}
+    if endpoint_name is None:
+        if len(endpoints) != 1:
+            raise UsageError(f"--endpoint is needed: LOB '{lob.name}' has {', '.join(endpoints)}")
+        endpoint_name = next(iter(endpoints))
+    if endpoint_name not in endpoints:
+        raise UsageError(f"--endpoint '{endpoint_name}' is not in LOB '{lob.name}'; use one of {', '.join(endpoints)}")
+    return lob, endpoints[endpoint_name]
+
+
+def _advance(bar: Any, task: int, offset: int) -> Callable[[int], None]:
+    def update(done: int) -> None:
+        bar.update(task, completed=offset + done)
+
+    return update
+
+
+def _progress(console: Any, wanted: bool) -> Any:
+    """A rich progress bar on stderr for long replays (none when stderr is not a terminal)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+        disable=not (wanted and console.is_terminal),
+    )

@@ -1,0 +1,244 @@
+"""Discrete-event replay of a trace through an endpoint's replicas, cache tiers and router.
+
+Events, in time order (a prefill finishing before a request arriving at the same instant):
+- arrival: requests longer than max_model_len are skipped; the router picks a replica (seeing queue lengths, and
+  for kvaware the caches); the replica starts it if one of its `slots` is free, else queues it (FIFO).
+- start: the prompt's units are looked up L0, then L1, then L2, and the match stops at the first unit in none
+  (vLLM and LMCache match prefixes). Service = loading L1/L2 hits + recomputing the rest; L0 hits are free.
+- finish: the prompt's units are now in the replica's L0 and L1 (LRU); L2 gets the units past the prefix LMCache
+  already held in L1 or L2 (its skip_leading_tokens), written by this replica; the next queued request starts.
+  TTFT = queueing + service.
+The janitor sweeps L2 every 10 minutes of simulated time, as deployed (see `SharedPool`).
+
+With roundrobin or session routing and one slot, each replica's L0/L1 see the same sequence whatever the sizes,
+so a larger L0 never lowers the hit rate, nor does a larger L1 without L2 (with L2, a larger L1 means fewer L2
+writes, as in LMCache, and later misses are possible).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvtier.errors import UsageError
+from kvtier.planner.model import TierModel
+from kvtier.simulate.cache import LRU, SharedPool
+from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
+from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
+from kvtier.simulate.trace import Trace, UnitTrace, to_units
+
+PROGRESS_EVERY = 256  # requests between progress callbacks
+# The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): schedule "*/10 * * * *", and once over budget it
+# deletes down to TARGET_FRACTION of it. Mirrored here (that module pulls in cdk8s); a test keeps them equal.
+JANITOR_EVERY_S = 600.0
+JANITOR_TARGET_FRACTION = 0.9
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the simulation needs besides the tier model and the trace."""
+
+    routing: str = "roundrobin"
+    slots: int = 1  # requests a replica prefills at once, each at full speed (1: one GPU, one prefill)
+    seed: int = 0  # random tie-breaks of the load-aware routers
+    qps_scale: float = 1.0  # 2.0 replays the trace at twice its request rate
+    l2_max_age_s: float | None = None  # the janitor's max age (the LOB's l2.max_age_hours); None: no TTL
+    janitor_every_s: float = JANITOR_EVERY_S  # janitor sweep period; 0 applies age and budget at every write
+    l2_target_fraction: float = JANITOR_TARGET_FRACTION  # an over-budget sweep deletes down to this share
+    prefix_min_match_tokens: int = 0  # prefixaware: shorter matches go to the least-loaded replica
+    kv_aware_threshold: int = 2000  # kvaware: fall back when matched < prompt - threshold tokens
+
+    def __post_init__(self) -> None:
+        if self.routing not in STRATEGIES:
+            raise UsageError(f"unknown routing strategy '{self.routing}'; use one of {', '.join(STRATEGIES)}")
+        if self.slots < 1:
+            raise UsageError(f"slots {self.slots} is below 1; give at least one concurrent prefill per replica")
+        if self.qps_scale <= 0:
+            raise UsageError(f"qps scale {self.qps_scale} is not positive; give a factor > 0")
+        if self.janitor_every_s < 0 or (self.l2_max_age_s is not None and self.l2_max_age_s <= 0):
+            raise UsageError("janitor period and L2 max age must be positive; give seconds > 0 (period 0: always)")
+        if not 0 < self.l2_target_fraction <= 1:
+            raise UsageError(f"L2 target fraction {self.l2_target_fraction} is outside (0, 1]; give e.g. 0.9")
+
+
+def simulate(
+    trace: Trace | UnitTrace,
+    model: TierModel,
+    config: SimConfig,
+    progress: Callable[[int], None] | None = None,
+) -> SimResult:
+    """Replay `trace` (a `Trace`, or one already mapped with `to_units(trace, model.chunk_tokens, qps_scale)`)."""
+    if model.replicas < 1:
+        raise UsageError(f"replicas {model.replicas} is below 1; simulate at least one replica")
+    speeds = {"prefill_s_per_token": model.prefill_s_per_token}
+    speeds["prefill_s_per_token_squared"] = model.prefill_s_per_token_squared
+    if model.l1_tokens > 0:
+        speeds["l1_load_s_per_token"] = model.l1_load_s_per_token
+    for name, value in speeds.items():
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(
+                f"the tier model's {name} is {value}; the catalog lacks a speed for this instance type "
+                "(set it in the environment's catalog_overrides)"
+            )
+    units = trace if isinstance(trace, UnitTrace) else to_units(trace, model.chunk_tokens, config.qps_scale)
+    return _Run(units, model, config, progress).run()
+
+
+class _Run:
+    """State of one replay; methods are the three events."""
+
+    def __init__(
+        self, trace: UnitTrace, model: TierModel, config: SimConfig, progress: Callable[[int], None] | None
+    ) -> None:
+        self.trace = trace
+        self.model = model
+        self.config = config
+        self.progress = progress
+        size = trace.unit_tokens
+        replicas = model.replicas
+        self.l0 = [LRU(model.l0_tokens // size) for _ in range(replicas)]
+        self.l1 = [LRU(model.l1_tokens // size) for _ in range(replicas)]
+        l2_units = model.l2_tokens // size if model.has_l2 else 0  # no L2 backend: no capacity, infinite load time
+        self.l2 = SharedPool(l2_units, config.l2_max_age_s, config.janitor_every_s, config.l2_target_fraction)
+        self.view = ClusterView([0] * replicas, self.l0, self.l1, random.Random(config.seed))
+        self.router = make_router(
+            config.routing,
+            self.view,
+            size,
+            min_match_tokens=config.prefix_min_match_tokens,
+            kv_aware_threshold=config.kv_aware_threshold,
+        )
+        self.queues: list[deque[int]] = [deque() for _ in range(replicas)]
+        self.running = [0] * replicas
+        self.served = [0] * replicas
+        self.busy = [0.0] * replicas
+        self.events: list[tuple[float, int, int, int, int]] = []  # (done at, sequence, replica, request, known)
+        self.sequence = 0
+        self.ttft: list[float] = []
+        self.tier = [0, 0, 0, 0, 0]  # l0, l1, l2 same, l2 other, miss (tokens)
+        self.last_done = 0.0
+
+    def run(self) -> SimResult:
+        trace, config = self.trace, self.config
+        arrivals, tokens = trace.arrival_s, trace.tokens
+        limit = self.model.max_model_len
+        skipped = 0
+        events = self.events
+        for index, now in enumerate(arrivals):
+            while events and events[0][0] <= now:
+                self.finish(*heapq.heappop(events))
+            if self.progress is not None and index % PROGRESS_EVERY == 0:
+                self.progress(index)
+            if tokens[index] > limit:
+                skipped += 1
+                continue
+            self.arrive(index, now)
+        while events:
+            self.finish(*heapq.heappop(events))
+        if self.progress is not None:
+            self.progress(len(arrivals))
+        first = arrivals[0] if arrivals else 0.0
+        return SimResult(
+            routing=config.routing,
+            replicas=self.model.replicas,
+            slots=config.slots,
+            seed=config.seed,
+            qps_scale=config.qps_scale,
+            unit_tokens=trace.unit_tokens,
+            l0_tokens=self.model.l0_tokens,
+            l1_tokens=self.model.l1_tokens,
+            l2_tokens=self.model.l2_tokens,
+            requests=len(arrivals),
+            served=len(self.ttft),
+            skipped=skipped,
+            tokens=TierTokens(*self.tier),
+            ttft_s=summarize_ttft(self.ttft),
+            per_replica=tuple(ReplicaLoad(n, b) for n, b in zip(self.served, self.busy, strict=True)),
+            makespan_s=max(self.last_done - first, 0.0),
+            l2_written_units=self.l2.written,
+            l2_deleted_units=self.l2.deleted,
+            l2_peak_units=self.l2.peak,
+        )
+
+    def arrive(self, index: int, now: float) -> None:
+        trace = self.trace
+        replica = self.router.choose(Ask(trace.units[index], trace.tokens[index], trace.sessions[index]))
+        self.view.outstanding[replica] += 1
+        self.served[replica] += 1
+        if self.running[replica] < self.config.slots:
+            self.running[replica] += 1
+            self.start(replica, index, now)
+        else:
+            self.queues[replica].append(index)
+
+    def start(self, replica: int, index: int, now: float) -> None:
+        units = self.trace.units[index]
+        tokens = self.trace.tokens[index]
+        size = self.trace.unit_tokens
+        held0 = self.l0[replica].entries
+        held1 = self.l1[replica].entries
+        self.l2.advance(now)
+        files = self.l2.files
+        counts = [0, 0, 0, 0]
+        tier = -1
+        known = 0  # LMCache's own prefix (in L1 or L2): it stores only what follows
+        for position, unit in enumerate(units):
+            if unit in held0:
+                tier = 0
+                if known == position and (unit in held1 or unit in files):
+                    known += 1
+            else:
+                if unit in held1:
+                    tier = 1
+                else:
+                    stamp = files.get(unit)
+                    if stamp is None:
+                        break
+                    tier = 2 if stamp[1] == replica else 3
+                if known == position:
+                    known += 1
+            counts[tier] += 1
+        hits = [count * size for count in counts]
+        hit_tokens = sum(hits)
+        if hit_tokens > tokens:  # every unit hit: the last one is partial
+            hits[tier] -= hit_tokens - tokens
+            hit_tokens = tokens
+        totals = self.tier
+        for position, amount in enumerate(hits):
+            totals[position] += amount
+        totals[4] += tokens - hit_tokens
+        model = self.model
+        # vLLM computes at least the last token; the cached prefix still costs attention in the rest.
+        cached = min(hit_tokens, tokens - 1)
+        service = model.prefill_seconds(tokens) - model.prefill_seconds(cached)
+        if hits[1]:
+            service += model.l1_load_seconds(hits[1])
+        if hits[2] or hits[3]:
+            service += model.l2_load_seconds(hits[2] + hits[3])
+        done = now + service
+        self.busy[replica] += service
+        self.ttft.append(done - self.trace.arrival_s[index])
+        self.sequence += 1
+        heapq.heappush(self.events, (done, self.sequence, replica, index, known))
+
+    def finish(self, done: float, _sequence: int, replica: int, index: int, known: int) -> None:
+        units = self.trace.units[index]
+        self.l0[replica].store(units)  # vLLM keeps every block it computed or loaded
+        # LMCache saves whole chunks only (save_unfull_chunk is off), to L1 and L2, past the prefix it already had;
+        # what it loaded from L2 it writes back to L1.
+        if self.trace.tokens[index] % self.trace.unit_tokens:
+            units = units[:-1]
+        self.l1[replica].store(units)
+        self.l2.advance(done)
+        self.l2.store(units[known:], replica, done)
+        self.view.outstanding[replica] -= 1
+        self.last_done = max(self.last_done, done)
+        queue = self.queues[replica]
+        if queue:
+            self.start(replica, queue.popleft(), done)
+        else:
+            self.running[replica] -= 1

@@ -1,0 +1,111 @@
+"""What one simulation run reports: tokens served per tier, TTFT percentiles, load per replica."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+TIERS = ("l0", "l1", "l2_same", "l2_other")  # L2 split by who wrote the chunk: this replica or another
+
+
+@dataclass(frozen=True)
+class TierTokens:
+    l0: int = 0
+    l1: int = 0
+    l2_same: int = 0
+    l2_other: int = 0
+    miss: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.l0 + self.l1 + self.l2_same + self.l2_other + self.miss
+
+    @property
+    def hit(self) -> int:
+        return self.total - self.miss
+
+
+@dataclass(frozen=True)
+class ReplicaLoad:
+    requests: int
+    busy_s: float
+
+
+@dataclass(frozen=True)
+class SimResult:
+    routing: str
+    replicas: int
+    slots: int
+    seed: int
+    qps_scale: float
+    unit_tokens: int
+    l0_tokens: int
+    l1_tokens: int
+    l2_tokens: int
+    requests: int  # in the trace
+    served: int
+    skipped: int  # longer than max_model_len
+    tokens: TierTokens
+    ttft_s: dict[str, float]  # p50, p90, p99, mean, max
+    per_replica: tuple[ReplicaLoad, ...]
+    makespan_s: float  # first arrival to last prefill done
+    l2_written_units: int = 0
+    l2_deleted_units: int = 0
+    l2_peak_units: int = 0  # L2 may exceed its budget between janitor sweeps
+    extra: dict[str, Any] = field(default_factory=dict)  # labels the caller adds (e.g. the L2 size swept)
+
+    def hit_rate(self, tier: str | None = None) -> float:
+        """Fraction of served prompt tokens a tier served (None: all tiers together)."""
+        total = self.tokens.total
+        if not total:
+            return 0.0
+        hit = self.tokens.hit if tier is None else getattr(self.tokens, tier)
+        return float(hit) / total
+
+    @property
+    def hit_rates(self) -> dict[str, float]:
+        rates = {tier: self.hit_rate(tier) for tier in TIERS}
+        rates["total"] = self.hit_rate()
+        return rates
+
+    @property
+    def balance(self) -> dict[str, float]:
+        """max / mean over replicas (1.0 = perfectly even) of requests served and of busy time."""
+        return {
+            "requests": _imbalance([p.requests for p in self.per_replica]),
+            "busy": _imbalance([p.busy_s for p in self.per_replica]),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hit_rates"] = self.hit_rates
+        data["balance"] = self.balance
+        return data
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default), on values already sorted."""
+    if not sorted_values:
+        return math.nan
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+def summarize_ttft(values: Sequence[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    return {
+        "p50": percentile(ordered, 50),
+        "p90": percentile(ordered, 90),
+        "p99": percentile(ordered, 99),
+        "mean": sum(ordered) / len(ordered) if ordered else math.nan,
+        "max": ordered[-1] if ordered else math.nan,
+    }
+
+
+def _imbalance(values: Sequence[float]) -> float:
+    mean = sum(values) / len(values) if values else 0.0
+    return max(values) / mean if mean > 0 else 1.0

@@ -1,0 +1,174 @@
+"""The four routing strategies of vLLM production-stack's router, as the simulator models them.
+
+Load awareness is the same for the two that have it (prefixaware, kvaware): among equally good replicas, and when
+a match is too short, the one with the fewest requests waiting or running wins, then a seeded random pick.
+production-stack balances on a windowed QPS instead; queue length stands in for it, without its lag. roundrobin
+and session are load-blind, as upstream (session falls back to QPS only for requests without a session key, and
+every simulated request has one).
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+
+from kvtier.simulate.cache import LRU
+
+Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware"]
+STRATEGIES: tuple[Strategy, ...] = ("roundrobin", "session", "prefixaware", "kvaware")
+RING_POINTS = 160  # points per replica on the session hash ring (uhashring's ketama default: 40 vnodes x 4)
+
+
+@dataclass
+class ClusterView:
+    """What a router may look at: queue lengths always; cache contents only for kvaware."""
+
+    outstanding: list[int]  # requests waiting or running, per replica
+    l0: Sequence[LRU]
+    l1: Sequence[LRU]
+    rng: random.Random
+
+    def least_loaded(self, candidates: Sequence[int]) -> int:
+        if len(candidates) == 1:
+            return candidates[0]
+        load = self.outstanding
+        lowest = min(load[r] for r in candidates)
+        best = [r for r in candidates if load[r] == lowest]
+        return best[0] if len(best) == 1 else self.rng.choice(best)
+
+
+class Ask(NamedTuple):
+    """What a router sees of a request: its units, its length, its session id."""
+
+    units: tuple[int, ...]
+    tokens: int
+    session: int
+
+
+class Router(Protocol):
+    def choose(self, ask: Ask) -> int: ...
+
+
+class RoundRobin:
+    """Each request to the next replica, blind to load and cache."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.replicas = len(view.outstanding)
+        self.count = 0
+
+    def choose(self, _ask: Ask) -> int:
+        replica = self.count % self.replicas
+        self.count += 1
+        return replica
+
+
+class Session:
+    """Consistent hash of the session id onto a ring of replicas (sticky, blind to load)."""
+
+    def __init__(self, view: ClusterView) -> None:
+        points = sorted(
+            (_hash(f"replica-{r}-{v}"), r) for r in range(len(view.outstanding)) for v in range(RING_POINTS)
+        )
+        self.keys = [p for p, _ in points]
+        self.owners = [r for _, r in points]
+        self.memo: dict[int, int] = {}
+
+    def choose(self, ask: Ask) -> int:
+        replica = self.memo.get(ask.session)
+        if replica is None:
+            index = bisect.bisect(self.keys, _hash(str(ask.session))) % len(self.keys)
+            replica = self.memo[ask.session] = self.owners[index]
+        return replica
+
+
+class PrefixAware:
+    """production-stack's history trie: remembers which replicas it sent each prefix to and never sees
+    evictions. Longest match wins (queue length, then seeded random, among equals); a match shorter than
+    `min_match_tokens` (prefixMinMatchLength, here in tokens) goes to the least-loaded replica. Either way the
+    prompt is recorded against the chosen replica."""
+
+    def __init__(self, view: ClusterView, unit_tokens: int, min_match_tokens: int = 0) -> None:
+        self.view = view
+        self.unit_tokens = unit_tokens
+        self.min_match_tokens = min_match_tokens
+        self.all = (1 << len(view.outstanding)) - 1
+        self.sent: dict[int, int] = {}  # unit -> bitmask of replicas it was sent to (chained ids make this a trie)
+
+    def choose(self, ask: Ask) -> int:
+        units = ask.units
+        sent = self.sent
+        selected = self.all
+        matched = 0
+        for unit in units:
+            narrowed = sent.get(unit, 0) & selected
+            if not narrowed:
+                break
+            selected = narrowed
+            matched += 1
+        matched_tokens = min(matched * self.unit_tokens, ask.tokens)
+        if matched_tokens < self.min_match_tokens:
+            replica = self.view.least_loaded(range(len(self.view.outstanding)))
+        else:
+            replica = self.view.least_loaded([r for r in range(len(self.view.outstanding)) if selected >> r & 1])
+        bit = 1 << replica
+        for unit in units:
+            sent[unit] = sent.get(unit, 0) | bit
+        return replica
+
+
+class KvAware:
+    """production-stack's kvaware: asks LMCache's controller which replica holds the longest prefix, here in its
+    L0 or L1 (the controller hears of L1 admissions, not of L2; L1 is written through, so it mostly covers L0). Routes
+    there (queue length, then seeded random, among equals) unless nothing matches or the match is shorter
+    than the prompt minus `threshold` tokens (kv_aware_threshold, default 2000); then to the least-loaded."""
+
+    def __init__(self, view: ClusterView, unit_tokens: int, threshold: int = 2000) -> None:
+        self.view = view
+        self.unit_tokens = unit_tokens
+        self.threshold = threshold
+
+    def choose(self, ask: Ask) -> int:
+        units, tokens = ask.units, ask.tokens
+        view = self.view
+        best = 0
+        holders: list[int] = []
+        for replica, (l0, l1) in enumerate(zip(view.l0, view.l1, strict=True)):
+            held0 = l0.entries
+            held1 = l1.entries
+            matched = 0
+            for unit in units:
+                if unit in held0 or unit in held1:
+                    matched += 1
+                else:
+                    break
+            if matched > best:
+                best, holders = matched, [replica]
+            elif matched == best and matched:
+                holders.append(replica)
+        matched_tokens = min(best * self.unit_tokens, tokens)
+        if not best or matched_tokens < max(tokens - self.threshold, 0):
+            return view.least_loaded(range(len(view.outstanding)))
+        return view.least_loaded(holders)
+
+
+def make_router(
+    strategy: str, view: ClusterView, unit_tokens: int, *, min_match_tokens: int = 0, kv_aware_threshold: int = 2000
+) -> Router:
+    if strategy == "roundrobin":
+        return RoundRobin(view)
+    if strategy == "session":
+        return Session(view)
+    if strategy == "prefixaware":
+        return PrefixAware(view, unit_tokens, min_match_tokens)
+    if strategy == "kvaware":
+        return KvAware(view, unit_tokens, kv_aware_threshold)
+    raise ValueError(f"unknown routing strategy '{strategy}'; use one of {', '.join(STRATEGIES)}")
+
+
+def _hash(text: str) -> int:
+    # Stable across runs and machines (Python's hash() of str is salted per process).
+    return int.from_bytes(hashlib.md5(text.encode(), usedforsecurity=False).digest()[:8], "big")
