@@ -1,0 +1,7 @@
+"""`kvtier bench`: measure TTFT and cache hits of an OpenAI-compatible endpoint, tier by tier.
+
+Modules, one job each: `client` (one streamed request), `metrics` (Prometheus scrape and per-tier deltas), `prompts`
+(deterministic, salted prompt text), `trace` (Mooncake JSONL), `workloads` (sweep, multiturn, shared-prefix, trace),
+`runner` (scheduling, progress, preflight), `stats` (percentiles), `result` (the JSON file), `report` (Markdown),
+`plots` (PNG), `compare` (two result files), `testserver` (a local simulator for tests and demos).
+"""

@@ -1,0 +1,193 @@
+"""One streamed request to an OpenAI-compatible server, measured; and a probe that asks whether a URL answers.
+
+Every failure becomes a field of the record (kind and message), never an exception: a benchmark counts errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from kvtier.bench.records import API_PATHS, ErrorKind, Request, RequestRecord
+
+_SNIPPET = 200  # characters of an error body kept in the record
+
+
+def normalize_url(url: str) -> str:
+    """`http://host:8000/v1/` and `http://host:8000` name the same server: keep the base without /v1."""
+    url = url.rstrip("/")
+    return url.removesuffix("/v1")
+
+
+async def send(client: httpx.AsyncClient, req: Request, *, timeout_s: float, origin: float) -> RequestRecord:
+    """Send `req`, read its SSE stream, and return what was measured; `origin` is the workload's perf_counter zero."""
+    start = time.perf_counter()
+    record = RequestRecord(
+        req.run, req.url, req.index, dict(req.tags), (start - origin) * 1000, scheduled_ms=req.scheduled_ms
+    )
+    reader = _StreamReader(start)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await _exchange(client, req, record, reader)
+    except TimeoutError:
+        _fail(record, "timeout", f"no complete answer within {timeout_s:g} s")
+    except (httpx.ConnectError, httpx.ConnectTimeout) as err:
+        _fail(record, "connect", f"cannot connect to {req.url}: {err or type(err).__name__}")
+    except httpx.TimeoutException as err:
+        _fail(record, "timeout", f"{type(err).__name__}: {err}")
+    except httpx.HTTPError as err:
+        _fail(record, "protocol", f"{type(err).__name__}: {err}")
+    end = time.perf_counter()
+    record.e2e_ms = (end - start) * 1000
+    reader.finish(record)
+    return record
+
+
+async def _exchange(client: httpx.AsyncClient, req: Request, record: RequestRecord, reader: _StreamReader) -> None:
+    headers = {"content-type": "application/json", "accept": "text/event-stream", **req.headers}
+    async with client.stream("POST", req.url + API_PATHS[req.api], content=req.body, headers=headers) as resp:
+        record.answered = True
+        record.status = resp.status_code
+        if resp.status_code >= 400:
+            body = (await resp.aread()).decode(errors="replace")
+            _fail(record, "http", f"HTTP {resp.status_code}: {_snippet(body)}")
+            return
+        ctype = resp.headers.get("content-type", "")
+        if "text/event-stream" not in ctype:
+            await resp.aread()
+            _fail(record, "not_streaming", f"the server did not stream (content-type '{ctype or 'none'}')")
+            return
+        async for line in resp.aiter_lines():
+            if not reader.feed(line, record):
+                break
+    if record.error_kind is None:
+        reader.check_complete(record)
+
+
+class _StreamReader:
+    """Parses `data:` lines of an OpenAI SSE stream and times the chunks that carry generated text."""
+
+    def __init__(self, start: float) -> None:
+        self.start = start
+        self.first_chunk: float | None = None
+        self.text_times: list[float] = []
+        self.parts: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.done = False
+
+    def feed(self, line: str, record: RequestRecord) -> bool:
+        """Handle one line; False stops reading (end of stream or a broken one)."""
+        if not line.startswith("data:"):
+            return True  # blank separators, comments, `event:` lines
+        payload = line[5:].strip()
+        if payload == "[DONE]":
+            self.done = True
+            return False
+        now = time.perf_counter()
+        try:
+            chunk = json.loads(payload)
+        except json.JSONDecodeError:
+            _fail(record, "protocol", f"a stream line is not JSON: {_snippet(payload)}")
+            return False
+        if not isinstance(chunk, dict):
+            _fail(record, "protocol", f"a stream chunk is not an object: {_snippet(payload)}")
+            return False
+        if chunk.get("error"):
+            _fail(record, "server", f"the server reported an error mid-stream: {_snippet(json.dumps(chunk['error']))}")
+            return False
+        if self.first_chunk is None:
+            self.first_chunk = now
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        text = "".join(_choice_text(c) for c in chunk.get("choices") or [] if isinstance(c, dict))
+        if text:
+            self.text_times.append(now)
+            self.parts.append(text)
+        return True
+
+    def check_complete(self, record: RequestRecord) -> None:
+        if self.first_chunk is None:
+            _fail(record, "protocol", "the stream ended without any data chunk")
+        else:
+            record.ok = True
+            if not self.done:
+                record.error = "the stream ended without [DONE]"  # measured anyway; noted
+
+    def finish(self, record: RequestRecord) -> None:
+        """Copy timings and token counts into the record (also for failed requests, as far as they got)."""
+        if self.text_times or self.first_chunk is not None:
+            first = self.text_times[0] if self.text_times else self.first_chunk
+            assert first is not None
+            record.ttft_ms = (first - self.start) * 1000
+        record.itl_ms = [(b - a) * 1000 for a, b in zip(self.text_times, self.text_times[1:], strict=False)]
+        record.output_text = "".join(self.parts)
+        record.completion_tokens = len(self.text_times)
+        if self.usage is not None:
+            record.usage_reported = True
+            record.prompt_tokens = _int(self.usage.get("prompt_tokens"))
+            completion = _int(self.usage.get("completion_tokens"))
+            if completion is not None:
+                record.completion_tokens = completion
+            details = self.usage.get("prompt_tokens_details")
+            if isinstance(details, dict):
+                record.cached_tokens = _int(details.get("cached_tokens"))
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    """Generated text of one choice: `text` (completions) or the delta's content or reasoning (chat)."""
+    text = choice.get("text")
+    if isinstance(text, str) and text:
+        return text
+    delta = choice.get("delta")
+    if isinstance(delta, dict):
+        for key in ("content", "reasoning_content", "reasoning"):
+            value = delta.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _fail(record: RequestRecord, kind: ErrorKind, message: str) -> None:
+    record.ok = False
+    record.error_kind = kind
+    record.error = message
+
+
+def _snippet(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _SNIPPET else text[:_SNIPPET] + "..."
+
+
+@dataclass(frozen=True)
+class Probe:
+    """Whether a base URL answered `GET /v1/models`, and the model ids it listed."""
+
+    url: str
+    answered: bool
+    status: int | None
+    models: tuple[str, ...]
+    error: str | None
+
+
+async def probe(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> Probe:
+    try:
+        resp = await client.get(url + "/v1/models", timeout=timeout_s)
+    except httpx.HTTPError as err:
+        return Probe(url, False, None, (), f"{type(err).__name__}: {err or 'no answer'}")
+    models: tuple[str, ...] = ()
+    error = None if resp.status_code < 400 else f"HTTP {resp.status_code}"
+    try:
+        data = resp.json().get("data", [])
+        models = tuple(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
+    except (ValueError, AttributeError):
+        error = error or "GET /v1/models did not return a JSON model list"
+    return Probe(url, True, resp.status_code, models, error)

@@ -1,0 +1,240 @@
+"""Prometheus text from each server's /metrics, before and after a run, turned into hit tokens per cache tier.
+
+Which tiers the counters can tell apart (vLLM 0.11-0.19, LMCache 0.3.9-0.5.6; /work/notes/refs-bench.md):
+- L0, the GPU prefix cache: `vllm:prefix_cache_hits_total` / `..._queries_total` (tokens).
+- LMCache as vLLM sees it (L1 + L2 together): `vllm:external_prefix_cache_hits_total` / `..._queries_total`.
+- LMCache's own count (L1 + L2 together): `lmcache:num_hit_tokens_total` / `lmcache:num_requested_tokens_total`.
+- L2 traffic: `lmcache:num_remote_read_requests_total` / `..._bytes_total` (and writes); there is no L2 hit-token counter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    name: str
+    labels: Labels
+    value: float
+
+
+def parse_prometheus(text: str) -> list[Sample]:
+    """Samples of the Prometheus text format (0.0.4); comment lines skipped, bad lines ignored."""
+    samples = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parsed = _parse_line(line)
+        if parsed is not None:
+            samples.append(parsed)
+    return samples
+
+
+def _parse_line(line: str) -> Sample | None:
+    i = 0
+    while i < len(line) and (line[i].isalnum() or line[i] in "_:"):
+        i += 1
+    name = line[:i]
+    if not name:
+        return None
+    labels: list[tuple[str, str]] = []
+    if i < len(line) and line[i] == "{":
+        end = _parse_labels(line, i + 1, labels)
+        if end is None:
+            return None
+        i = end
+    fields = line[i:].split()
+    if not fields:
+        return None
+    try:
+        value = float(fields[0])  # accepts NaN, +Inf, -Inf
+    except ValueError:
+        return None
+    return Sample(name, tuple(labels), value)
+
+
+def _parse_labels(line: str, i: int, out: list[tuple[str, str]]) -> int | None:
+    """Parse `k="v",...}` from position i; returns the index after `}`. Values may hold escaped quotes and braces."""
+    while i < len(line):
+        while i < len(line) and line[i] in " ,":
+            i += 1
+        if i < len(line) and line[i] == "}":
+            return i + 1
+        eq = line.find("=", i)
+        if eq < 0 or eq + 1 >= len(line) or line[eq + 1] != '"':
+            return None
+        key = line[i:eq].strip()
+        j = eq + 2
+        value: list[str] = []
+        while j < len(line) and line[j] != '"':
+            if line[j] == "\\" and j + 1 < len(line):
+                j += 1
+                value.append({"n": "\n", "\\": "\\", '"': '"'}.get(line[j], "\\" + line[j]))
+            else:
+                value.append(line[j])
+            j += 1
+        if j >= len(line):
+            return None
+        out.append((key, "".join(value)))
+        i = j + 1
+    return None
+
+
+def total(samples: Iterable[Sample], name: str, **match: str) -> float | None:
+    """Sum of a metric over its label sets (those matching `match`); None when the metric is absent."""
+    found = [s.value for s in samples if s.name == name and all(dict(s.labels).get(k) == v for k, v in match.items())]
+    finite = [v for v in found if math.isfinite(v)]
+    return sum(finite) if found else None
+
+
+@dataclass(frozen=True)
+class Tier:
+    key: str
+    title: str
+    hits: tuple[str, ...]  # metric names, first present wins (newest name first)
+    queries: tuple[str, ...]
+
+
+TIERS = (
+    Tier(
+        "l0_gpu_prefix_cache",
+        "L0 GPU prefix cache (vLLM)",
+        ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total"),
+        ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
+    ),
+    Tier(
+        "external_l1_l2",
+        "LMCache L1+L2 as vLLM sees it (external prefix cache)",
+        ("vllm:external_prefix_cache_hits_total",),
+        ("vllm:external_prefix_cache_queries_total",),
+    ),
+    Tier(
+        "lmcache_l1_l2",
+        "LMCache L1+L2 (LMCache's own count)",
+        ("lmcache:num_hit_tokens_total",),
+        ("lmcache:num_requested_tokens_total",),
+    ),
+)
+L2_IO = {
+    "read_requests": "lmcache:num_remote_read_requests_total",
+    "read_bytes": "lmcache:num_remote_read_bytes_total",
+    "write_requests": "lmcache:num_remote_write_requests_total",
+    "write_bytes": "lmcache:num_remote_write_bytes_total",
+}
+PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source (0.19)
+L1_L2_NOTE = (
+    "L1 (CPU DRAM) and L2 (shared storage) hit tokens cannot be separated: LMCache counts both in "
+    "lmcache:num_hit_tokens_total (and vLLM in vllm:external_prefix_cache_hits_total); L2 shows only as remote "
+    "read requests and bytes"
+)
+POD_WIDE_NOTE = "counters are per server process: other traffic during the run is counted too"
+
+
+@dataclass
+class Scrape:
+    url: str
+    samples: list[Sample] = field(default_factory=list)
+    error: str | None = None
+
+
+async def scrape(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> Scrape:
+    try:
+        resp = await client.get(url + "/metrics", timeout=timeout_s)
+    except httpx.HTTPError as err:
+        return Scrape(url, error=f"{type(err).__name__}: {err or 'no answer'}")
+    if resp.status_code >= 400:
+        return Scrape(url, error=f"HTTP {resp.status_code}")
+    return Scrape(url, parse_prometheus(resp.text))
+
+
+async def scrape_all(client: httpx.AsyncClient, urls: Iterable[str], *, timeout_s: float) -> list[Scrape]:
+    return list(await asyncio.gather(*(scrape(client, u, timeout_s=timeout_s) for u in urls)))
+
+
+def _delta(before: list[Sample], after: list[Sample], name: str, notes: list[str], **match: str) -> float | None:
+    a, b = total(before, name, **match), total(after, name, **match)
+    if a is None or b is None:
+        return None
+    if b < a:
+        notes.append(f"{name} went down ({a:g} -> {b:g}): the server restarted during the run; not counted")
+        return None
+    return b - a
+
+
+def _first_present(samples: list[Sample], names: tuple[str, ...]) -> str | None:
+    return next((n for n in names if total(samples, n) is not None), None)
+
+
+def cache_report(before: Scrape, after: Scrape) -> dict[str, Any]:
+    """Hit tokens per tier that the counters allow, with plain notes on what they cannot separate."""
+    report: dict[str, Any] = {"url": before.url, "scraped": False, "tiers": {}, "l2_io": {}, "notes": []}
+    notes: list[str] = report["notes"]
+    if before.error or after.error:
+        notes.append(f"cannot read {before.url}/metrics: {before.error or after.error}")
+        return report
+    report["scraped"] = True
+    for tier in TIERS:
+        hits_name = _first_present(after.samples, tier.hits)
+        queries_name = _first_present(after.samples, tier.queries)
+        if hits_name is None:
+            continue
+        hits = _delta(before.samples, after.samples, hits_name, notes)
+        queries = _delta(before.samples, after.samples, queries_name, notes) if queries_name else None
+        report["tiers"][tier.key] = {
+            "title": tier.title,
+            "hit_tokens": hits,
+            "query_tokens": queries,
+            "hit_rate": hits / queries if hits is not None and queries else None,
+            "metric": hits_name,
+        }
+    for key, name in L2_IO.items():
+        value = _delta(before.samples, after.samples, name, notes)
+        if value is not None:
+            report["l2_io"][key] = value
+    sources = {
+        s: _delta(before.samples, after.samples, "vllm:prompt_tokens_by_source_total", notes, source=s)
+        for s in PROMPT_SOURCES
+    }
+    if any(v is not None for v in sources.values()):
+        report["prompt_tokens_by_source"] = sources
+    # The production-stack router's own /metrics also uses `vllm:` names (vllm:current_qps...): look for an engine counter.
+    has_vllm = "l0_gpu_prefix_cache" in report["tiers"]
+    has_lmcache = any(s.name.startswith("lmcache:") for s in after.samples)
+    if not has_vllm:
+        notes.append(
+            f"no vLLM counters at {before.url}/metrics (a router?): pass each pod's URL with --metrics-url "
+            "(for example through kubectl port-forward) to see hits per tier"
+        )
+    elif not has_lmcache:
+        notes.append(
+            "no lmcache:* series: LMCache is off, or PROMETHEUS_MULTIPROC_DIR is not set in the vLLM container "
+            "(LMCache runs in other processes and needs it to reach /metrics); L2 reads cannot be shown"
+        )
+    if has_lmcache or "external_l1_l2" in report["tiers"]:
+        notes.append(L1_L2_NOTE)
+    notes.append(POD_WIDE_NOTE)
+    return report
+
+
+def cache_totals(reports: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Hit and query tokens per tier summed over every scraped URL (for compare and the summary)."""
+    out: dict[str, dict[str, float]] = {}
+    for report in reports:
+        for key, tier in report.get("tiers", {}).items():
+            acc = out.setdefault(key, {"hit_tokens": 0.0, "query_tokens": 0.0})
+            acc["hit_tokens"] += tier.get("hit_tokens") or 0.0
+            acc["query_tokens"] += tier.get("query_tokens") or 0.0
+        for key, value in report.get("l2_io", {}).items():
+            out.setdefault("l2_io", {}).setdefault(key, 0.0)
+            out["l2_io"][key] += value
+    return out

@@ -1,0 +1,110 @@
+"""A benchmark session: one HTTP client, one time origin, a live progress bar, and every record in send order."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from types import TracebackType
+
+import httpx
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from kvtier.bench.client import send
+from kvtier.bench.records import Request, RequestRecord
+
+
+class Tracker:
+    """The live progress bar (on stderr, only on a terminal): requests done, and how many failed."""
+
+    def __init__(
+        self, enabled: bool, description: str, total: int | None = None, console: Console | None = None
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            disable=not (enabled and self.console.is_terminal),
+        )
+        self.task: TaskID = self.progress.add_task(description, total=total, status="")
+        self.ok = 0
+        self.failed = 0
+
+    def __enter__(self) -> Tracker:
+        self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.progress.stop()
+
+    def done(self, record: RequestRecord) -> None:
+        if record.ok:
+            self.ok += 1
+        else:
+            self.failed += 1
+        status = f"ok {self.ok}" + (f" [red]errors {self.failed}[/red]" if self.failed else "")
+        self.progress.update(self.task, advance=1, status=status)
+
+
+class Session:
+    def __init__(self, *, timeout_s: float, tracker: Tracker, client: httpx.AsyncClient | None = None) -> None:
+        self.timeout_s = timeout_s
+        self.tracker = tracker
+        self.client = client or new_client(timeout_s)
+        self.origin = time.perf_counter()
+        self.records: list[RequestRecord] = []
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.client.aclose()
+
+    def now_ms(self) -> float:
+        return (time.perf_counter() - self.origin) * 1000
+
+    async def one(self, req: Request) -> RequestRecord:
+        record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        self.records.append(record)
+        self.tracker.done(record)
+        return record
+
+    async def schedule(self, reqs: Sequence[Request], *, concurrency: int | None) -> list[RequestRecord]:
+        """Send each request at its `scheduled_ms` (from now), at most `concurrency` in flight (None: no limit).
+
+        A request held back by the limit is sent late; its record keeps both times.
+        """
+        limit = asyncio.Semaphore(concurrency) if concurrency else None
+        base = self.now_ms()
+
+        async def go(req: Request) -> RequestRecord:
+            if limit is None:
+                return await self.one(req)
+            async with limit:
+                return await self.one(req)
+
+        tasks = []
+        for req in reqs:
+            at = base + (req.scheduled_ms or 0.0)
+            wait_ms = at - self.now_ms()
+            if wait_ms > 0:
+                await asyncio.sleep(wait_ms / 1000)
+            tasks.append(asyncio.create_task(go(replace(req, scheduled_ms=at))))
+        return list(await asyncio.gather(*tasks))
+
+
+def new_client(timeout_s: float) -> httpx.AsyncClient:
+    # trust_env=False: proxies from the environment must not reroute a benchmark (or a local test) elsewhere.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
+        trust_env=False,
+    )

@@ -1,0 +1,405 @@
+"""`kvtier bench`: measure TTFT and cache hits of an OpenAI-compatible endpoint (a router, or one pod).
+
+Workloads: sweep (cross-pod reuse per prompt length), multiturn, shared-prefix (routing under load), trace (Mooncake
+replay); `compare` diffs two result files. Each run writes result.json, summary.md and PNG plots.
+Exit codes: 0 ok; 1 requests ran and none succeeded; 2 bad flags or an unreadable trace; 3 no URL answers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from kvtier.cli.common import print_json
+from kvtier.errors import ExitCode
+
+if TYPE_CHECKING:
+    from kvtier.bench.result import BenchResult
+    from kvtier.bench.workloads import Workload
+
+DEFAULT_LENGTHS = (500, 1000, 1500, 2000, 2500, 3000)
+
+
+def _url(value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a URL; write it like http://127.0.0.1:8000")
+    from kvtier.bench.client import normalize_url
+
+    return normalize_url(value)
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a whole number") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"{number} is not positive; use 1 or more")
+    return number
+
+
+def _positive_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number") from None
+    if not number > 0 or number == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number above 0")
+    return number
+
+
+def _non_negative_float(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number") from None
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"{value} must be a finite number, 0 or more")
+    return number
+
+
+def _lengths(value: str) -> tuple[int, ...]:
+    items = [v for v in value.replace(" ", "").split(",") if v]
+    if not items:
+        raise argparse.ArgumentTypeError("give at least one length, like 500,1000,2000")
+    lengths = tuple(_positive_int(v) for v in items)
+    if len(set(lengths)) != len(lengths):
+        raise argparse.ArgumentTypeError(f"'{value}' repeats a length; each length is measured once")
+    return lengths
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "bench",
+        help="benchmark an endpoint: TTFT and cache hits per tier",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    workloads = parser.add_subparsers(dest="workload", metavar="WORKLOAD", required=True)
+
+    sweep = workloads.add_parser(
+        "sweep", help="cold vs reused TTFT per prompt length, across two pods", description=_SWEEP_HELP
+    )
+    sweep.add_argument("--write-url", type=_url, required=True, help="where each prompt goes first (cold)")
+    sweep.add_argument(
+        "--read-url", type=_url, help="where the same bytes go next (default: the write URL, i.e. its own cache)"
+    )
+    sweep.add_argument(
+        "--lengths",
+        type=_lengths,
+        default=DEFAULT_LENGTHS,
+        help="prompt lengths in tokens, comma-separated (default: 500,1000,...,3000)",
+    )
+    sweep.add_argument("--max-tokens", type=_positive_int, default=4, help="output cap per request (default 4)")
+    sweep.add_argument(
+        "--settle-s",
+        type=_non_negative_float,
+        default=1.0,
+        help="pause between the write and the read of a prompt; LMCache stores to L2 asynchronously (default 1)",
+    )
+    sweep.add_argument(
+        "--local-repeat", action="store_true", help="also send each prompt again to the write URL (its L0 hit)"
+    )
+    _common(sweep, "completions")
+
+    multi = workloads.add_parser(
+        "multiturn", help="conversations with growing history, replayed on a second URL", description=_MULTI_HELP
+    )
+    multi.add_argument("--write-url", type=_url, required=True, help="where conversations run first")
+    multi.add_argument("--read-url", type=_url, help="where the same requests are replayed (default: no replay)")
+    multi.add_argument("--conversations", type=_positive_int, default=4)
+    multi.add_argument("--turns", type=_positive_int, default=5)
+    multi.add_argument("--system-tokens", type=_positive_int, default=500, help="system prompt per conversation")
+    multi.add_argument("--turn-tokens", type=_positive_int, default=200, help="user message per turn")
+    multi.add_argument("--max-tokens", type=_positive_int, default=32, help="answer length cap")
+    multi.add_argument("--settle-s", type=_non_negative_float, default=1.0, help="pause before the replay")
+    multi.add_argument("--concurrency", type=_positive_int, help="conversations at once (default: all)")
+    _common(multi, "chat")
+
+    shared = workloads.add_parser(
+        "shared-prefix", help="many users sharing a system prompt at a target QPS", description=_SHARED_HELP
+    )
+    shared.add_argument("--url", type=_url, required=True, help="the endpoint (a router) to load")
+    shared.add_argument("--users", type=_positive_int, default=20)
+    shared.add_argument("--rounds", type=_positive_int, default=3, help="questions per user")
+    shared.add_argument("--system-tokens", type=_positive_int, default=2000, help="the shared system prompt")
+    shared.add_argument("--user-tokens", type=_positive_int, default=200, help="each user's own context")
+    shared.add_argument("--question-tokens", type=_positive_int, default=50)
+    shared.add_argument("--max-tokens", type=_positive_int, default=16)
+    shared.add_argument("--qps", type=_positive_float, default=2.0, help="target request rate (default 2)")
+    shared.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight at most (default 8)")
+    shared.add_argument(
+        "--user-header", default="x-user-id", help="header carrying the user id, for session routing ('' for none)"
+    )
+    _common(shared, "completions")
+
+    trace = workloads.add_parser("trace", help="replay a Mooncake JSONL trace", description=_TRACE_HELP)
+    trace.add_argument("--url", type=_url, required=True, help="the endpoint to load")
+    trace.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL file")
+    pace = trace.add_mutually_exclusive_group()
+    pace.add_argument(
+        "--time-scale",
+        type=_positive_float,
+        default=None,
+        help="send at timestamp x this factor (default 1: real time; 0.1: ten times faster)",
+    )
+    pace.add_argument("--qps", type=_positive_float, help="ignore timestamps; send at this fixed rate, in order")
+    trace.add_argument("--limit", type=_positive_int, help="replay only the first N lines")
+    trace.add_argument(
+        "--max-model-len",
+        type=_positive_int,
+        default=16384,
+        help="skip (and count) requests whose input + output exceed it (default 16384)",
+    )
+    trace.add_argument("--block-size", type=_positive_int, default=512, help="tokens per hash id (Mooncake: 512)")
+    trace.add_argument("--max-tokens", type=_positive_int, help="cap each request's output_length")
+    trace.add_argument("--concurrency", type=_positive_int, help="requests in flight at most (default: no limit)")
+    _common(trace, "completions")
+
+    comp = workloads.add_parser("compare", help="print the differences between two result files")
+    comp.add_argument("a", type=Path, help="result.json of the first run (A)")
+    comp.add_argument("b", type=Path, help="result.json of the second run (B)")
+    comp.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    parser.set_defaults(func=run)
+
+
+def _common(parser: argparse.ArgumentParser, api: str) -> None:
+    parser.add_argument("--model", help="model name to send (default: the first id of GET /v1/models)")
+    parser.add_argument(
+        "--api", choices=("completions", "chat"), default=api, help=f"/v1/completions or /v1/chat/completions ({api})"
+    )
+    parser.add_argument("--timeout-s", type=_positive_float, default=60.0, help="per request (default 60)")
+    parser.add_argument("--seed", type=int, default=0, help="prompt text seed (default 0)")
+    parser.add_argument("--salt", help="run salt; a fixed salt repeats the exact prompts (default: random, cold)")
+    parser.add_argument(
+        "--metrics-url",
+        type=_url,
+        action="append",
+        help="scrape this base URL's /metrics instead of the target URLs (repeat per pod)",
+    )
+    parser.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
+    parser.add_argument("--ignore-eos", action="store_true", help="ask vLLM for exactly max_tokens (vLLM extension)")
+    parser.add_argument("--label", help="a name for this run, shown in the summary and by compare")
+    parser.add_argument("--out", type=Path, help="output folder (default: bench-results/<workload>-<time>-<salt>)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress bar")
+    parser.add_argument("--json", action="store_true", help="print the result JSON on stdout instead of a table")
+
+
+_SWEEP_HELP = """Each prompt length is sent cold to --write-url, then byte-identical to --read-url. With two pods
+behind no router, a fast read is a cross-pod hit (L2). Prompts are salted per run, so a re-run starts cold."""
+_MULTI_HELP = """Conversations accumulate history turn by turn on --write-url; the exact same requests are then
+replayed on --read-url (cross-pod reuse of long histories)."""
+_SHARED_HELP = """Users share one system prompt; each has its own context and questions. Requests go out at --qps,
+at most --concurrency at once. Run it against two routing setups and `kvtier bench compare` the results."""
+_TRACE_HELP = """Replays a Mooncake trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks):
+equal hash ids become equal prompt text. Requests longer than --max-model-len are skipped and counted."""
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.workload == "compare":
+        return _compare(args)
+    from kvtier.bench.prompts import new_salt
+    from kvtier.bench.runner import RunOptions, run_workload
+
+    workload = _workload(args)
+    salt = args.salt or new_salt()
+    metrics_urls: tuple[str, ...] | None = None
+    if args.no_metrics:
+        metrics_urls = ()
+    elif args.metrics_url:
+        metrics_urls = tuple(dict.fromkeys(args.metrics_url))
+    options = RunOptions(
+        api=args.api,
+        model=args.model,
+        timeout_s=args.timeout_s,
+        seed=args.seed,
+        salt=salt,
+        metrics_urls=metrics_urls,
+        progress=not args.no_progress and not args.json,
+        ignore_eos=args.ignore_eos,
+        label=args.label,
+    )
+    result = run_workload(workload, options)
+    outdir = args.out or Path("bench-results") / f"{workload.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{salt}"
+    files = _write(result, outdir, plots=not args.no_plots)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        _print_summary(result, files)
+    if result.ok == 0:
+        kinds = ", ".join(f"{n} {k}" for k, n in _error_kinds(result).items())
+        print(f"kvtier bench: no request succeeded ({len(result.records)} sent: {kinds})", file=sys.stderr)
+        return int(ExitCode.PROBLEMS)
+    return int(ExitCode.OK)
+
+
+def _workload(args: argparse.Namespace) -> Workload:
+    from kvtier.bench import workloads as w
+
+    if args.workload == "sweep":
+        return w.Sweep(
+            write_url=args.write_url,
+            read_url=args.read_url or args.write_url,
+            lengths=tuple(args.lengths),
+            max_tokens=args.max_tokens,
+            settle_s=args.settle_s,
+            local_repeat=args.local_repeat,
+        )
+    if args.workload == "multiturn":
+        return w.MultiTurn(
+            write_url=args.write_url,
+            read_url=args.read_url,
+            conversations=args.conversations,
+            turns=args.turns,
+            system_tokens=args.system_tokens,
+            turn_tokens=args.turn_tokens,
+            max_tokens=args.max_tokens,
+            settle_s=args.settle_s,
+            concurrency=args.concurrency,
+        )
+    if args.workload == "shared-prefix":
+        return w.SharedPrefix(
+            url=args.url,
+            users=args.users,
+            rounds=args.rounds,
+            system_tokens=args.system_tokens,
+            user_tokens=args.user_tokens,
+            question_tokens=args.question_tokens,
+            max_tokens=args.max_tokens,
+            qps=args.qps,
+            concurrency=args.concurrency,
+            user_header=args.user_header or None,
+        )
+    from kvtier.bench.trace import load_trace
+    from kvtier.errors import UsageError
+
+    requests = load_trace(args.trace, limit=args.limit)
+    replay = w.TraceReplay(
+        url=args.url,
+        path=args.trace,
+        requests=tuple(requests),
+        time_scale=args.time_scale if args.qps is None else None,
+        qps=args.qps,
+        max_model_len=args.max_model_len,
+        block_tokens=args.block_size,
+        max_tokens=args.max_tokens,
+        concurrency=args.concurrency,
+    )
+    if replay.planned() == 0:
+        raise UsageError(
+            f"all {len(requests)} requests of {args.trace} are longer than --max-model-len {args.max_model_len} "
+            "(input + output tokens); raise it or cap outputs with --max-tokens"
+        )
+    return replay
+
+
+def _write(result: BenchResult, outdir: Path, *, plots: bool) -> list[Path]:
+    from kvtier.bench.plots import write_plots
+    from kvtier.bench.report import markdown
+    from kvtier.errors import UsageError
+
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UsageError(f"cannot create the output folder {outdir}: {err}") from err
+    files = [outdir / "result.json", outdir / "summary.md"]
+    result.write(files[0])
+    pngs = write_plots(result, outdir) if plots else []
+    files[1].write_text(markdown(result, [p.name for p in pngs]), encoding="utf-8")
+    return files + pngs
+
+
+def _error_kinds(result: BenchResult) -> dict[str, int]:
+    kinds: dict[str, int] = {}
+    for r in result.records:
+        if not r.ok:
+            kinds[r.error_kind or "unknown"] = kinds.get(r.error_kind or "unknown", 0) + 1
+    return kinds
+
+
+def _print_summary(result: BenchResult, files: list[Path]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from kvtier.bench.report import ms, num
+
+    console = Console()
+    for p in result.probes:
+        if not p["answered"]:
+            console.print(f"[yellow]warning:[/yellow] {p['url']} did not answer GET /v1/models: {p['error']}")
+    table = Table(title=f"kvtier bench {result.workload} (salt {result.settings.get('salt')})")
+    for col in ("run", "requests", "ok", "errors", "TTFT p50 ms", "p90", "p99", "ITL p50 ms", "E2E p50 ms", "req/s"):
+        table.add_column(col, justify="left" if col == "run" else "right")
+    for name, s in result.summaries().items():
+        table.add_row(
+            name,
+            str(s["requests"]),
+            str(s["ok"]),
+            f"[red]{s['errors']}[/red]" if s["errors"] else "0",
+            ms(s["ttft_ms"]["p50"]),
+            ms(s["ttft_ms"]["p90"]),
+            ms(s["ttft_ms"]["p99"]),
+            ms(s["itl_ms"]["p50"]),
+            ms(s["e2e_ms"]["p50"]),
+            num(s["request_throughput"], 2),
+        )
+    console.print(table)
+    for row in result.details.get("sweep", []):
+        speed = f"{row['speedup']:.2f}x" if row["speedup"] else "n/a"
+        console.print(
+            f"length {row['length']:>5} ({num(row['prompt_tokens'])} tok): cold {ms(row['cold_ttft_ms'])} ms, "
+            f"reused {ms(row['reused_ttft_ms'])} ms, speedup {speed}"
+        )
+    for report in result.cache:
+        hits = ", ".join(f"{k} {num(t['hit_tokens'])}/{num(t['query_tokens'])}" for k, t in report["tiers"].items())
+        console.print(f"cache hits at {report['url']}: {hits or 'none readable'}", highlight=False)
+        for note in report["notes"]:
+            console.print(f"  - {note}", highlight=False, style="dim")
+    console.print("wrote: " + ", ".join(str(f) for f in files), highlight=False)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from kvtier.bench.compare import compare
+    from kvtier.bench.result import load_result
+
+    data = compare(load_result(args.a), load_result(args.b))
+    if args.json:
+        print_json(data)
+        return int(ExitCode.OK)
+    from rich.console import Console
+    from rich.table import Table
+
+    a, b = data["a"], data["b"]
+    table = Table(
+        title=f"A = {args.a} ({a['workload']}, {a['label'] or a['salt']})  B = {args.b} ({b['workload']}, {b['label'] or b['salt']})"
+    )
+    for col in ("section", "metric", "A", "B", "B - A", "B / A"):
+        table.add_column(col, justify="left" if col in ("section", "metric") else "right")
+    for row in data["rows"]:
+        table.add_row(
+            row["section"],
+            row["metric"],
+            _fmt(row["a"]),
+            _fmt(row["b"]),
+            _fmt(row["delta"], signed=True),
+            f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
+        )
+    console = Console()
+    console.print(table)
+    for side in ("a", "b"):
+        if data[f"only_in_{side}"]:
+            console.print(f"runs only in {side.upper()}: {', '.join(data[f'only_in_{side}'])}")
+    return int(ExitCode.OK)
+
+
+def _fmt(value: float | None, *, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    text = f"{value:+,.2f}" if signed else f"{value:,.2f}"
+    return text.removesuffix(".00")

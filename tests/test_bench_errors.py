@@ -1,0 +1,155 @@
+"""Failures are reported per request and counted, never a crash; exit codes follow the design (0/1/2/3)."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtier.bench.records import RequestRecord
+from kvtier.bench.result import BenchResult
+from kvtier.bench.testserver import Behaviour, FakeCluster
+from kvtier.cli import main
+
+QUICK = Behaviour(cold_s=0.1, l2_s=0.1, warm_s=0.1, itl_s=0.001, output_tokens=2)
+
+
+def _closed_port() -> int:
+    """A port nothing listens on: bound, then released (connections to it are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def _sweep(tmp_path: Path, write: str, read: str | None = None, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "out"
+    argv = ["bench", "sweep", "--write-url", write, "--lengths", "50,60", "--settle-s", "0", "--no-progress"]
+    argv += ["--read-url", read] if read else []
+    code = main([*argv, "--out", str(out), "--no-plots", *extra])
+    path = out / "result.json"
+    return code, json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_no_url_answers_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    code, result = _sweep(tmp_path, dead)
+    assert code == 3
+    assert result == {}
+    assert "no URL answers" in capsys.readouterr().err
+
+
+def test_one_dead_url_is_counted_per_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dead = f"http://127.0.0.1:{_closed_port()}"
+    with FakeCluster(1, QUICK) as c:
+        code, result = _sweep(tmp_path, c.urls[0], dead)
+    assert code == 0  # the write URL answered; the reads failed and are counted
+    runs = {r["name"]: r for r in result["runs"]}
+    assert runs["cold"]["ok"] == 2
+    assert runs["reused"]["errors"] == 2 and runs["reused"]["errors_by_kind"] == {"connect": 2}
+    assert "did not answer" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "kind", "message"),
+    [
+        (Behaviour(fail_status=500), "http", "HTTP 500"),
+        (Behaviour(fail_status=429), "http", "HTTP 429"),
+        (Behaviour(stream=False, cold_s=0.1), "not_streaming", "did not stream"),
+    ],
+)
+def test_server_errors_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], behaviour: Behaviour, kind: str, message: str
+) -> None:
+    with FakeCluster(1, behaviour) as c:
+        code, result = _sweep(tmp_path, c.urls[0])
+    assert code == 1
+    records = result["requests"]
+    assert len(records) == 4 and all(not r["ok"] for r in records)
+    assert {r["error_kind"] for r in records} == {kind}
+    assert all(message in r["error"] for r in records)
+    assert f"no request succeeded (4 sent: 4 {kind})" in capsys.readouterr().err
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "## Errors" in summary and message in summary
+
+
+def test_timeouts_are_counted(tmp_path: Path) -> None:
+    with FakeCluster(1, Behaviour(stall_s=1.5)) as c:
+        code, result = _sweep(tmp_path, c.urls[0], None, "--timeout-s", "0.2", "--no-metrics")
+    assert code == 1
+    for r in result["requests"]:
+        assert r["error_kind"] == "timeout"
+        assert r["e2e_ms"] >= 200  # not before the timeout ...
+        assert r["e2e_ms"] < 1500  # ... and without waiting for the stalled server
+
+
+def test_missing_metrics_do_not_fail_the_run(tmp_path: Path) -> None:
+    with FakeCluster(1, Behaviour(metrics=False, lmcache_metrics=False, cold_s=0.1, output_tokens=2)) as c:
+        code, result = _sweep(tmp_path, c.urls[0])
+    assert code == 0
+    assert result["cache"][0]["scraped"] is False
+    assert "HTTP 404" in result["cache"][0]["notes"][0]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sweep", "--write-url", "not-a-url"],
+        ["sweep", "--write-url", "http://127.0.0.1:1", "--lengths", "100,0"],
+        ["sweep", "--write-url", "http://127.0.0.1:1", "--lengths", "100,100"],
+        ["shared-prefix", "--url", "http://127.0.0.1:1", "--qps", "0"],
+        ["trace", "--url", "http://127.0.0.1:1", "--trace", "t.jsonl", "--qps", "1", "--time-scale", "1"],
+        ["sweep"],
+    ],
+)
+def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", *argv])
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_unreadable_or_too_long_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}"  # never reached: the trace is checked first
+    assert main(["bench", "trace", "--url", url, "--trace", str(tmp_path / "absent.jsonl")]) == 2
+    assert "cannot read trace" in capsys.readouterr().err
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps({"timestamp": 0, "input_length": 9000, "output_length": 10, "hash_ids": [1]}) + "\n")
+    assert main(["bench", "trace", "--url", url, "--trace", str(long), "--max-model-len", "4096"]) == 2
+    assert "longer than --max-model-len 4096" in capsys.readouterr().err
+
+
+def _result(run_ttfts: dict[str, list[float]], label: str) -> BenchResult:
+    records = []
+    for run, ttfts in run_ttfts.items():
+        for i, t in enumerate(ttfts):
+            records.append(RequestRecord(run, "u", i, {}, float(i * 1000), ok=True, ttft_ms=t, e2e_ms=t + 100))
+    return BenchResult(
+        "shared-prefix", "2026-01-01T00:00:00+00:00", 1.0, {"salt": label}, ["shared-prefix"], records, label=label
+    )
+
+
+def test_compare_prints_differences(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _result({"shared-prefix": [100.0, 200.0, 300.0]}, "roundrobin").write(a)
+    _result({"shared-prefix": [50.0, 60.0, 70.0], "extra": [1.0]}, "prefixaware").write(b)
+    assert main(["bench", "compare", str(a), str(b), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {(r["section"], r["metric"]): r for r in data["rows"]}
+    p50 = rows[("run shared-prefix", "TTFT p50 ms")]
+    assert (p50["a"], p50["b"], p50["delta"], p50["ratio"]) == (200.0, 60.0, -140.0, 0.3)
+    assert data["only_in_b"] == ["extra"]
+    assert main(["bench", "compare", str(a), str(b)]) == 0
+    table = capsys.readouterr().out
+    assert "TTFT p50 ms" in table and "-140" in table
+
+
+def test_compare_rejects_foreign_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    foreign = tmp_path / "x.json"
+    foreign.write_text('{"hello": 1}')
+    assert main(["bench", "compare", str(foreign), str(foreign)]) == 2
+    assert "not a kvtier bench result" in capsys.readouterr().err
+    assert main(["bench", "compare", str(tmp_path / "nope.json"), str(foreign)]) == 2

@@ -1,0 +1,260 @@
+"""`kvtier bench` end to end against real HTTP servers on 127.0.0.1 (kvtier.bench.testserver), started here.
+
+The servers stream OpenAI-style SSE after a programmed delay (>= 100 ms: slower for a new prompt, faster for a
+prefix in their own cache or in the store they share) and serve /metrics counters that move with the hits.
+Timing checks are one-sided (measured TTFT >= programmed delay) plus an absolute margin of MARGIN_S above it,
+generous for a loaded 2-core machine. No traffic leaves the machine.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from kvtier.bench.records import RequestRecord
+from kvtier.bench.runner import RunOptions, run_workload
+from kvtier.bench.testserver import Behaviour, FakeCluster, FakeServer, Logged
+from kvtier.bench.trace import load_trace
+from kvtier.bench.workloads import TraceReplay
+from kvtier.cli import main
+
+MARGIN_S = 0.5  # measured TTFT may exceed the programmed delay by at most this (scheduling, GIL, loopback)
+# The sweep bounds its speedup with these delays; the other workloads run with shorter ones (>= 100 ms still).
+SWEEP = Behaviour(cold_s=0.5, l2_s=0.2, warm_s=0.1, itl_s=0.005, output_tokens=4, block_words=16)
+FAST = Behaviour(cold_s=0.25, l2_s=0.15, warm_s=0.1, itl_s=0.005, output_tokens=4, block_words=16)
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+@contextmanager
+def cluster(count: int = 2, behaviour: Behaviour = FAST) -> Iterator[FakeCluster]:
+    with FakeCluster(count, behaviour) as c:
+        for url in c.urls:  # warm-up traffic, so /metrics counters do not start at zero
+            with httpx.stream("POST", url + "/v1/completions", json={"prompt": "warm up " * 40, "stream": True}) as r:
+                r.read()
+        yield c
+
+
+def _run(tmp_path: Path, *argv: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "out"
+    code = main(["bench", *argv, "--no-progress", "--out", str(out)])
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+    return code, result
+
+
+def _records(result: dict[str, Any]) -> list[RequestRecord]:
+    return [RequestRecord.from_json(r) for r in result["requests"]]
+
+
+def _logged(c: FakeCluster) -> dict[str, Logged]:
+    return {entry.request_id: entry for server in c.servers for entry in server.log if entry.request_id}
+
+
+def _request_id(result: dict[str, Any], rec: RequestRecord) -> str:
+    return f"kvtier-bench-{result['settings']['salt']}-{rec.run}-{rec.index}"
+
+
+def _assert_ttft_within_margin(result: dict[str, Any], c: FakeCluster) -> list[tuple[RequestRecord, Logged]]:
+    logged = _logged(c)
+    pairs = []
+    for rec in _records(result):
+        assert rec.ok, rec.error
+        entry = logged[_request_id(result, rec)]
+        assert rec.ttft_ms is not None
+        assert rec.ttft_ms >= entry.delay_s * 1000, "TTFT below the programmed delay"
+        assert rec.ttft_ms <= (entry.delay_s + MARGIN_S) * 1000, "TTFT beyond the stated margin"
+        pairs.append((rec, entry))
+    return pairs
+
+
+def _counters(server: FakeServer) -> dict[str, float]:
+    return dict(server.counters)
+
+
+def test_sweep_cross_pod(tmp_path: Path) -> None:
+    with cluster(2, SWEEP) as c:
+        write, read = c.servers
+        before = [_counters(s) for s in c.servers]
+        code, result = _run(
+            tmp_path,
+            "sweep",
+            "--write-url",
+            write.url,
+            "--read-url",
+            read.url + "/v1/",
+            "--lengths",
+            "200,400",
+            "--settle-s",
+            "0",
+        )
+        after = [_counters(s) for s in c.servers]
+        pairs = _assert_ttft_within_margin(result, c)
+    assert code == 0
+    by_run = {(rec.run, rec.index): entry for rec, entry in pairs}
+    for i, length in enumerate((200, 400)):
+        cold, reused = by_run[("cold", i)], by_run[("reused", i)]
+        assert cold.delay_s == SWEEP.cold_s  # nothing cached anywhere: a new prompt
+        assert reused.l2_hit == length - length % 16 and reused.local_hit == 0  # every full block from the shared store
+        assert cold.words == reused.words and cold.body == reused.body  # byte-identical request
+        assert cold.body["temperature"] == 0 and cold.body["max_tokens"] == 4
+        row = result["details"]["sweep"][i]
+        assert row["prompt_tokens"] == length  # from the server's usage
+        # speedup = cold / reused, bounded by the programmed delays and the margin on either side
+        assert (
+            cold.delay_s / (reused.delay_s + MARGIN_S) <= row["speedup"] <= (cold.delay_s + MARGIN_S) / reused.delay_s
+        )
+        assert row["speedup"] == pytest.approx(row["cold_ttft_ms"] / row["reused_ttft_ms"])
+    # metric deltas: exactly what the servers' counters moved during the run
+    for report, b, a in zip(result["cache"], before, after, strict=True):
+        tiers = report["tiers"]
+        assert (
+            tiers["l0_gpu_prefix_cache"]["hit_tokens"]
+            == a["vllm:prefix_cache_hits_total"] - b["vllm:prefix_cache_hits_total"]
+        )
+        assert (
+            tiers["l0_gpu_prefix_cache"]["query_tokens"]
+            == a["vllm:prefix_cache_queries_total"] - b["vllm:prefix_cache_queries_total"]
+        )
+        assert (
+            tiers["lmcache_l1_l2"]["hit_tokens"]
+            == a["lmcache:num_hit_tokens_total"] - b["lmcache:num_hit_tokens_total"]
+        )
+        assert (
+            report["l2_io"]["read_requests"]
+            == a["lmcache:num_remote_read_requests_total"] - b["lmcache:num_remote_read_requests_total"]
+        )
+    # full 16-word blocks of both prompts came from the shared store on the read URL, none on the write URL
+    assert result["cache"][1]["tiers"]["external_l1_l2"]["hit_tokens"] == 192 + 400
+    assert result["cache"][0]["tiers"]["external_l1_l2"]["hit_tokens"] == 0
+    out = tmp_path / "out"
+    for name in ("sweep_ttft.png", "ttft_percentiles.png"):
+        data = (out / name).read_bytes()
+        assert data.startswith(PNG) and len(data) > 10_000
+    summary = (out / "summary.md").read_text()
+    assert "## Cold vs reused TTFT" in summary and "cannot be separated" in summary
+
+
+def test_rerun_starts_cold_unless_the_salt_is_fixed(tmp_path: Path) -> None:
+    with cluster(1) as c:
+        url = c.urls[0]
+        argv = ["sweep", "--write-url", url, "--lengths", "100", "--settle-s", "0", "--no-plots", "--no-metrics"]
+        assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "a"), "--salt", "fixed"]) == 0
+        assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "b")]) == 0
+        assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "c"), "--salt", "fixed"]) == 0
+        log = c.servers[0].log[1:]  # after the warm-up request
+    # run a: cold then local hit; run b (new salt): cold again; run c (same salt as a): hit from the first request
+    assert [e.local_hit for e in log] == [0, 96, 0, 96, 96, 96]
+
+
+def test_multiturn_history_accumulates_and_replays(tmp_path: Path) -> None:
+    with cluster() as c:
+        write, read = c.servers
+        code, result = _run(
+            tmp_path,
+            "multiturn",
+            "--write-url", write.url,
+            "--read-url", read.url,
+            "--conversations", "2",
+            "--turns", "3",
+            "--system-tokens", "64",
+            "--turn-tokens", "32",
+            "--max-tokens", "3",
+            "--settle-s", "0",
+        )  # fmt: skip
+        pairs = _assert_ttft_within_margin(result, c)
+    assert code == 0
+    write_log = {(r.tags["conversation"], r.tags["turn"]): e for r, e in pairs if r.run == "write"}
+    read_log = {(r.tags["conversation"], r.tags["turn"]): e for r, e in pairs if r.run == "read"}
+    for conv in range(2):
+        for turn in (2, 3):
+            prev, cur = write_log[(conv, turn - 1)], write_log[(conv, turn)]
+            assert cur.words[: len(prev.words)] == prev.words  # history is the previous request, extended
+            messages = cur.body["messages"]
+            assert messages[-2]["role"] == "assistant" and messages[-2]["content"]  # the answer went back in
+            assert cur.local_hit > 0
+        for turn in (1, 2, 3):
+            assert read_log[(conv, turn)].body == write_log[(conv, turn)].body  # replayed byte for byte
+        assert read_log[(conv, 1)].l2_hit > 0 and read_log[(conv, 1)].local_hit == 0  # cross-pod on the first turn
+    assert [row["turn"] for row in result["details"]["turns"]] == [1, 2, 3]
+    png = (tmp_path / "out" / "multiturn_ttft.png").read_bytes()
+    assert png.startswith(PNG) and len(png) > 10_000
+
+
+def test_shared_prefix_paces_and_shares_the_system_prompt(tmp_path: Path) -> None:
+    with cluster(1) as c:
+        code, result = _run(
+            tmp_path,
+            "shared-prefix",
+            "--url", c.urls[0],
+            "--users", "4",
+            "--rounds", "2",
+            "--system-tokens", "160",
+            "--user-tokens", "32",
+            "--question-tokens", "8",
+            "--qps", "20",
+            "--concurrency", "4",
+            "--no-plots",
+        )  # fmt: skip
+        pairs = _assert_ttft_within_margin(result, c)
+    assert code == 0
+    records = [r for r, _ in pairs]
+    assert len(records) == 8
+    for rec in records:
+        assert rec.scheduled_ms is not None and rec.start_ms >= rec.scheduled_ms  # never sent early
+    entries = sorted((e for _, e in pairs), key=lambda e: e.arrival)
+    assert all(e.local_hit >= 160 for e in entries[1:])  # every later request hits the shared system prompt
+    assert {e.user for e in entries} == {"user-0", "user-1", "user-2", "user-3"}
+    starts = sorted(r.scheduled_ms for r in records if r.scheduled_ms is not None)
+    assert [round(b - a, 6) for a, b in itertools.pairwise(starts)] == [50.0] * 7  # 1 / 20 QPS
+
+
+def test_trace_replay_time_scaled(tmp_path: Path) -> None:
+    rows = [
+        {"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1, 2, 3]},
+        {"timestamp": 300, "input_length": 24, "output_length": 2, "hash_ids": [1, 2, 4]},
+        {"timestamp": 300, "input_length": 16, "output_length": 2, "hash_ids": [5, 6]},
+        {"timestamp": 200, "input_length": 28, "output_length": 2, "hash_ids": [1, 2, 3, 7]},  # out of file order
+        {"timestamp": 900, "input_length": 500, "output_length": 2, "hash_ids": [8]},  # over max_model_len
+    ]
+    path = tmp_path / "trace.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    with cluster(1) as c:
+        replay = TraceReplay(
+            url=c.urls[0],
+            path=path,
+            requests=tuple(load_trace(path)),
+            time_scale=0.5,
+            max_model_len=100,
+            block_tokens=8,
+        )
+        before = time.perf_counter()
+        result = run_workload(replay, RunOptions(api="completions", salt="t", progress=False, timeout_s=10))
+        log = {e.request_id: e for e in c.servers[0].log if e.request_id}
+    assert result.details["skipped_over_max_model_len"] == 1 and result.details["replayed"] == 4
+    recs = result.records
+    lines = [r.tags["line"] for r in sorted(recs, key=lambda r: r.start_ms)]
+    assert lines == [1, 4, 2, 3]  # by timestamp, file order breaking the tie
+    first = min(r.scheduled_ms or 0 for r in recs)
+    for rec in recs:
+        assert rec.ok, rec.error
+        assert rec.scheduled_ms is not None
+        assert rec.scheduled_ms - first == pytest.approx(rec.tags["timestamp_ms"] * 0.5)
+        assert rec.start_ms >= rec.scheduled_ms
+        entry = log[f"kvtier-bench-t-trace-{rec.index}"]
+        assert entry.arrival - before >= rec.tags["timestamp_ms"] * 0.5 / 1000  # one-sided: never early
+        assert len(entry.words) == rec.tags["input_length"] == rec.prompt_tokens
+    words = {rec.tags["line"]: log[f"kvtier-bench-t-trace-{rec.index}"].words for rec in recs}
+    assert words[2][:16] == words[1][:16] and words[2][16:] != words[1][16:20]
+    assert words[4][:20] == words[1]  # ids 1, 2 and the start of 3 ...
+    assert words[4][20:24] != words[2][16:20]  # ... then the rest of block 3, not block 4
+    assert words[3][:8] != words[1][:8]
+    # reuse the trace itself promises: line 4 repeats blocks 1-3 (24 tokens), line 2 blocks 1-2 (16)
+    assert result.details["reusable_prefix_tokens"] == 24 + 16
+    assert log[f"kvtier-bench-t-trace-{lines.index(2)}"].local_hit == 16  # the server saw that reuse

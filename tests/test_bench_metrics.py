@@ -1,0 +1,111 @@
+"""Prometheus text parsing and per-tier deltas, on texts shaped like vLLM 0.19 and LMCache 0.4 /metrics."""
+
+from __future__ import annotations
+
+import math
+
+from kvtier.bench.metrics import L1_L2_NOTE, Scrape, cache_report, cache_totals, parse_prometheus, total
+
+TEXT = """\
+# HELP vllm:prefix_cache_queries Prefix cache queries.
+# TYPE vllm:prefix_cache_queries counter
+vllm:prefix_cache_queries_total{engine="0",model_name="m \\"q\\", {x}"} 1000.0
+vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e+09
+vllm:prefix_cache_hits_total{engine="0",model_name="m"} 400.0 1700000000000
+vllm:external_prefix_cache_queries_total{engine="0"} 600
+vllm:external_prefix_cache_hits_total{engine="0"} 250
+vllm:prompt_tokens_by_source_total{engine="0",source="local_cache_hit"} 400
+vllm:prompt_tokens_by_source_total{engine="0",source="external_kv_transfer"} 250
+vllm:prompt_tokens_by_source_total{engine="0",source="local_compute"} 350
+lmcache:num_hit_tokens_total{worker_id="0"} 200
+lmcache:num_hit_tokens_total{worker_id="1"} 50
+lmcache:num_requested_tokens_total{worker_id="0"} 600
+lmcache:num_remote_read_requests_total{worker_id="0"} 3
+lmcache:num_remote_read_bytes_total{worker_id="0"} 3e6
+lmcache:retrieve_hit_rate{worker_id="0"} NaN
+bad line without value
+"""
+
+
+def _bump(text: str, factor: float) -> str:
+    """The same text with every counter multiplied (a later scrape)."""
+    samples = parse_prometheus(text)
+    lines = []
+    for s in samples:
+        labels = ",".join(f'{k}="{v}"' for k, v in s.labels if '"' not in v)
+        lines.append(f"{s.name}{{{labels}}} {s.value * factor}")
+    return "\n".join(lines)
+
+
+def test_parse_names_labels_values() -> None:
+    samples = parse_prometheus(TEXT)
+    first = samples[0]
+    assert first.name == "vllm:prefix_cache_queries_total"
+    assert dict(first.labels) == {"engine": "0", "model_name": 'm "q", {x}'}
+    assert first.value == 1000.0
+    assert total(samples, "vllm:prefix_cache_hits_total") == 400.0  # a trailing timestamp is not the value
+    assert total(samples, "lmcache:num_hit_tokens_total") == 250.0  # summed over workers
+    assert total(samples, "lmcache:num_remote_read_bytes_total") == 3e6
+    assert total(samples, "vllm:prompt_tokens_by_source_total", source="local_compute") == 350.0
+    assert total(samples, "vllm:nope_total") is None
+    nan = [s for s in samples if s.name == "lmcache:retrieve_hit_rate"]
+    assert len(nan) == 1 and math.isnan(nan[0].value)
+    assert not any(s.name == "bad" for s in samples)
+
+
+def test_cache_report_deltas_per_tier() -> None:
+    before = Scrape("http://pod", parse_prometheus(TEXT))
+    after = Scrape("http://pod", parse_prometheus(_bump(TEXT, 3)))
+    report = cache_report(before, after)
+    tiers = report["tiers"]
+    assert tiers["l0_gpu_prefix_cache"]["hit_tokens"] == 800.0
+    assert tiers["l0_gpu_prefix_cache"]["query_tokens"] == 2000.0
+    assert tiers["l0_gpu_prefix_cache"]["hit_rate"] == 0.4
+    assert tiers["external_l1_l2"]["hit_tokens"] == 500.0
+    assert tiers["lmcache_l1_l2"]["hit_tokens"] == 500.0
+    assert tiers["lmcache_l1_l2"]["query_tokens"] == 1200.0
+    assert report["l2_io"] == {"read_requests": 6.0, "read_bytes": 6e6}
+    assert report["prompt_tokens_by_source"] == {
+        "local_compute": 700.0,
+        "local_cache_hit": 800.0,
+        "external_kv_transfer": 500.0,
+    }
+    assert L1_L2_NOTE in report["notes"]
+    totals = cache_totals([report, report])
+    assert totals["l0_gpu_prefix_cache"] == {"hit_tokens": 1600.0, "query_tokens": 4000.0}
+    assert totals["l2_io"]["read_requests"] == 12.0
+
+
+def test_older_vllm_names_are_used_when_new_ones_are_absent() -> None:
+    old = "vllm:gpu_prefix_cache_hits_total 10\nvllm:gpu_prefix_cache_queries_total 20\n"
+    new = "vllm:gpu_prefix_cache_hits_total 15\nvllm:gpu_prefix_cache_queries_total 40\n"
+    tier = cache_report(Scrape("u", parse_prometheus(old)), Scrape("u", parse_prometheus(new)))["tiers"][
+        "l0_gpu_prefix_cache"
+    ]
+    assert (tier["hit_tokens"], tier["query_tokens"], tier["metric"]) == (5.0, 20.0, "vllm:gpu_prefix_cache_hits_total")
+
+
+def test_counter_reset_is_reported_not_counted() -> None:
+    report = cache_report(
+        Scrape("u", parse_prometheus("vllm:prefix_cache_hits_total 100\n")),
+        Scrape("u", parse_prometheus("vllm:prefix_cache_hits_total 5\n")),
+    )
+    assert report["tiers"]["l0_gpu_prefix_cache"]["hit_tokens"] is None
+    assert any("went down" in n for n in report["notes"])
+
+
+def test_missing_lmcache_and_router_notes() -> None:
+    vllm_only = parse_prometheus("vllm:prefix_cache_hits_total 1\n")
+    report = cache_report(Scrape("u", vllm_only), Scrape("u", vllm_only))
+    assert any("PROMETHEUS_MULTIPROC_DIR" in n for n in report["notes"])
+    # production-stack's router serves its own gauges under vllm: names
+    router = parse_prometheus('vllm:current_qps{server="x"} 3\nvllm:healthy_pods_total{server="x"} 2\n')
+    report = cache_report(Scrape("r", router), Scrape("r", router))
+    assert report["tiers"] == {}
+    assert any("--metrics-url" in n for n in report["notes"])
+
+
+def test_unreachable_metrics_are_a_note() -> None:
+    report = cache_report(Scrape("u", error="HTTP 404"), Scrape("u", error="HTTP 404"))
+    assert report["scraped"] is False
+    assert report["notes"] == ["cannot read u/metrics: HTTP 404"]
