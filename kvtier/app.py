@@ -43,7 +43,11 @@ def main() -> int:
         return int(ExitCode.USAGE)
     for warning in config.warnings:
         print(f"kvtier synth: warning: {warning}", file=sys.stderr)
-    stacks = build(app, config)
+    try:
+        stacks = build(app, config)
+    except ConfigError as err:  # a check that needs the built objects; still before anything is written
+        print(f"kvtier synth: {err}", file=sys.stderr)
+        return int(ExitCode.USAGE)
     app.synth()
     write_dist(Path("dist"), config.env.name, {s.stack_name: s.outputs for s in stacks.all})
     return int(ExitCode.OK)

@@ -37,7 +37,7 @@ def _time(args: list[str], outdir: Path, cwd: Path) -> float:
         "PATH": f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ['PATH']}",
     }
     start = time.perf_counter()
-    subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True)  # noqa: S603
+    subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True)
     return time.perf_counter() - start
 
 

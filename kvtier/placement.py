@@ -28,10 +28,18 @@ def toleration(taint: Taint) -> dict[str, str]:
     return {"key": taint.key, "operator": "Exists", "effect": taint.effect}
 
 
+def node_selector(env: Environment, role: Role) -> dict[str, str]:
+    """kvtier labels its own groups `kvtier.io/role=<role>`; an existing cluster uses the owner's selector."""
+    existing = env.hyperpod.existing
+    if existing is None:
+        return {ROLE_LABEL: role}
+    return dict(sorted(existing.nodes.role(role).selector.items()))
+
+
 def placement(env: Environment, role: Role) -> Placement:
     """Node selector and tolerations for pods that must run on nodes of `role`."""
     seen: dict[tuple[str, str, str], dict[str, str]] = {}
     for group in env.groups(role):
         for taint in group.taints:
             seen.setdefault((taint.key, taint.value, taint.effect), toleration(taint))
-    return Placement(node_selector={ROLE_LABEL: role}, tolerations=tuple(seen.values()))
+    return Placement(node_selector=node_selector(env, role), tolerations=tuple(seen.values()))

@@ -226,3 +226,36 @@ def test_validate_json_output(capsys: pytest.CaptureFixture[str], config_copy: P
     report = json.loads(capsys.readouterr().out)
     assert report["valid"] is False
     assert report["errors"][0]["field"] == "kubernetes_version"
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "words"),
+    [
+        (
+            lambda d: d.update(region="us-east-1", availability_zones=["us-east-1a", "us-east-1b"]),
+            "hyperpod.existing.hyperpod_cluster_arn",
+            "set region",
+        ),
+        (lambda d: d.update(network={"cidr": "10.0.0.0/16"}), "network", "remove the network section"),
+        (
+            lambda d: d["hyperpod"]["existing"]["install"].update(addons=["nodes", "bogus"]),
+            "hyperpod.existing.install.addons[1]",
+            "cert-manager",
+        ),
+        (
+            lambda d: d["hyperpod"].update(
+                instance_groups=[{"name": "g", "role": "gpu", "instance_type": "ml.g6e.4xlarge", "count": 1}]
+            ),
+            "hyperpod.existing",
+            "exactly one",
+        ),
+    ],
+)
+def test_existing_cluster_inputs(edit: Edit, field: str, words: str, config_copy: Path) -> None:
+    path = config_copy / "environments" / "byoc.yaml"
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as raised:
+        load_config(config_copy, "byoc")
+    assert any(p.field == field and words in str(p) for p in raised.value.problems), raised.value.problems

@@ -58,7 +58,7 @@ def sandbox(tmp_path: Path) -> dict[str, str]:
 
 
 def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         ["bash", str(LIFECYCLE_DIR / script)], env=env, capture_output=True, text=True, timeout=60, check=False
     )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kvtier.addons import ADDONS, addons
 from kvtier.config.loader import load_config
-from kvtier.constructs.addons import ADDONS, addons
 from kvtier.constructs.hyperpod_dependencies import COMMIT, REPOSITORY
 from tests.support import CONFIG_DIR, Synth
 

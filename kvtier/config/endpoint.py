@@ -7,9 +7,11 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.config.base import FieldError, PositiveInt, StrictModel, rfc1123_label
+from kvtier.catalog import INSTANCE_TYPES
+from kvtier.config.base import FieldError, PositiveFloat, PositiveInt, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
+from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 
 ENDPOINT_NAME_MAX = 28
 Routing = Literal["prefixaware", "kvaware", "session", "roundrobin"]
@@ -18,6 +20,14 @@ L2Backend = Literal["curvine", "tieredstorage", "none"]
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# registry/path:tag or @sha256 digest; an image without a tag would silently mean :latest.
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
+)
+# Amazon Managed Prometheus workspace URL, the only Prometheus server the CRD accepts (autoScalingSpec).
+_AMP_URL = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
+DEFAULT_IMAGES: dict[str, str] = {"operator": OPERATOR_VLLM_IMAGE, "standalone": STANDALONE_VLLM_IMAGE}
 
 
 def _model_id(value: str) -> str:
@@ -35,6 +45,19 @@ def _secret_name(value: str | None) -> str | None:
 def _bucket(value: str) -> str:
     if not _BUCKET.match(value) or ".." in value:
         raise ValueError(f"'{value}' is not an S3 bucket name; use 3-63 lowercase letters, digits, '.' and '-'")
+    return value
+
+
+def _image(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not _IMAGE.match(value):
+        raise ValueError(
+            f"'{value}' is not a pinned container image; write registry/repository:tag (or @sha256:<digest>), "
+            "never without a tag"
+        )
+    if value.rsplit("/", 1)[-1].split("@", maxsplit=1)[0].endswith(":latest"):
+        raise ValueError(f"'{value}' uses the moving tag 'latest'; pin a release tag (or a digest)")
     return value
 
 
@@ -77,6 +100,31 @@ class CacheConfig(StrictModel):
     chunk_size: Annotated[int, Field(ge=16, le=4096)] = 256  # tokens per LMCache chunk (one file on L2)
 
 
+class PrometheusTrigger(StrictModel):
+    """Scale on a PromQL query against Amazon Managed Prometheus (the CRD accepts no other server)."""
+
+    type: Literal["prometheus"]
+    server_address: Annotated[str, Field(pattern=_AMP_URL)]
+    query: Annotated[str, Field(min_length=1)]  # e.g. sum(vllm:num_requests_waiting{namespace="kvtier-retail"})
+    target_value: PositiveFloat
+    activation_target_value: Annotated[float, Field(ge=0)] = 0.0
+
+
+class CloudWatchTrigger(StrictModel):
+    """Scale on a CloudWatch metric."""
+
+    type: Literal["cloudwatch"]
+    namespace: Annotated[str, Field(min_length=1)]
+    metric_name: Annotated[str, Field(min_length=1)]
+    dimensions: dict[str, str] = Field(default_factory=dict)
+    statistic: Annotated[str, Field(min_length=1)] = "Average"
+    target_value: PositiveFloat
+    activation_target_value: Annotated[float, Field(ge=0)] = 0.0
+
+
+Trigger = Annotated[PrometheusTrigger | CloudWatchTrigger, Field(discriminator="type")]
+
+
 class Autoscaling(StrictModel):
     """Operator mode passes this to the CRD's autoScalingSpec (KEDA); quota checks use `max_replicas`."""
 
@@ -84,6 +132,7 @@ class Autoscaling(StrictModel):
     max_replicas: Annotated[int, Field(ge=1)] = 5
     polling_interval_s: Annotated[int, Field(ge=1)] = 30
     cooldown_period_s: Annotated[int, Field(ge=0)] = 300
+    trigger: Trigger  # KEDA needs one; the operator installs KEDA with an IRSA role for CloudWatch and AMP
 
     @model_validator(mode="after")
     def _order(self) -> Autoscaling:
@@ -99,13 +148,14 @@ class Endpoint(StrictModel):
     model: ModelSource
     instance_type: InstanceTypeName
     replicas: Annotated[int, Field(ge=1)] = 1
-    tensor_parallel: Annotated[int, Field(ge=1)] = 1
+    tensor_parallel: Annotated[int, Field(ge=1)] = 1  # GPUs per replica (one per TP rank)
     max_model_len: Annotated[int, Field(ge=256)] = 16384
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
-    image: str | None = None  # default per mode, see kvtier/versions.py
+    image: Annotated[str | None, AfterValidator(_image)] = None  # default per mode: DEFAULT_IMAGES (versions.py)
     cache: CacheConfig = CacheConfig()
-    # intelligentRoutingSpec cannot change once set: in operator mode a new strategy replaces the endpoint.
+    # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
+    # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.
     routing: Routing = "prefixaware"
     mode: Mode = "operator"
     autoscaling: Autoscaling | None = None
@@ -114,3 +164,41 @@ class Endpoint(StrictModel):
     @property
     def max_replicas(self) -> int:
         return self.autoscaling.max_replicas if self.autoscaling else self.replicas
+
+    @property
+    def container_image(self) -> str:
+        """The vLLM image: `image` if set, else the mode's default."""
+        return self.image or DEFAULT_IMAGES[self.mode]
+
+    @model_validator(mode="after")
+    def _checks(self) -> Endpoint:
+        gpus = INSTANCE_TYPES[self.instance_type].gpus
+        if gpus == 0:
+            raise FieldError(
+                "instance_type", f"{self.instance_type} has no GPU", "use an ml.g6e.* or ml.p5.48xlarge type"
+            )
+        if self.tensor_parallel > gpus or gpus % self.tensor_parallel:
+            raise FieldError(
+                "tensor_parallel",
+                f"{self.tensor_parallel} does not divide the {gpus} GPU(s) of {self.instance_type}",
+                f"use a divisor of {gpus} (one GPU per tensor-parallel rank, all on one node)",
+            )
+        if self.mode == "standalone" and self.cache.l2 == "tieredstorage":
+            raise FieldError(
+                "cache.l2",
+                "the HyperPod tiered storage L2 is wired by the Inference Operator only",
+                "use l2: curvine or none in standalone mode, or mode: operator",
+            )
+        if self.autoscaling is not None:
+            if self.mode != "operator":
+                raise FieldError(
+                    "autoscaling",
+                    "autoscaling uses the KEDA that the Inference Operator add-on installs",
+                    "use mode: operator, or set autoscaling: null and a fixed replicas count",
+                )
+            low, high = self.autoscaling.min_replicas, self.autoscaling.max_replicas
+            if not low <= self.replicas <= high:
+                raise FieldError(
+                    "replicas", f"{self.replicas} is outside autoscaling {low}..{high}", "use min <= replicas <= max"
+                )
+        return self

@@ -116,6 +116,7 @@ class Environment(StrictModel):
                         f"{value} is not positive",
                         "use a number above 0",
                     )
+        self._existing_cluster_checks()
         for i, lob in enumerate(self.lobs):
             if self.lobs.index(lob) != i:
                 raise FieldError(f"lobs[{i}]", f"'{lob}' is listed twice", "list each line of business once")
@@ -130,7 +131,31 @@ class Environment(StrictModel):
 
     @property
     def eks_cluster_name(self) -> str:
-        return f"kvtier-{self.name}"
+        return self.hyperpod.eks_cluster_name(self.name)
+
+    def _existing_cluster_checks(self) -> None:
+        existing = self.hyperpod.existing
+        if existing is None:
+            return
+        if existing.region != self.region:
+            raise FieldError(
+                "hyperpod.existing.hyperpod_cluster_arn",
+                f"the cluster is in {existing.region}, the environment in {self.region}",
+                "set region to the cluster's region",
+            )
+        if self.account is not None and existing.account != self.account:
+            raise FieldError(
+                "hyperpod.existing.hyperpod_cluster_arn",
+                f"the cluster is in account {existing.account}, the environment in {self.account}",
+                "set account to the cluster's account",
+            )
+        for section in ("network", "eks"):
+            if section in self.model_fields_set:
+                raise FieldError(
+                    section,
+                    f"kvtier creates no {section} resources for an existing cluster",
+                    f"remove the {section} section (the cluster's own settings apply)",
+                )
 
     @property
     def hyperpod_cluster_name(self) -> str:

@@ -23,32 +23,41 @@ if TYPE_CHECKING:
 
 @dataclass
 class EnvironmentStacks:
-    network: NetworkStack
+    network: NetworkStack | None  # None for an existing cluster (design "Stacks")
     cluster: ClusterStack
     platform: PlatformStack
     lobs: list[LobStack] = field(default_factory=list)
 
     @property
     def all(self) -> list[KvtierStack]:
-        return [self.network, self.cluster, self.platform, *self.lobs]
+        network = [self.network] if self.network is not None else []
+        return [*network, self.cluster, self.platform, *self.lobs]
 
 
 def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
-    """Platform depends on cluster, cluster on network; each LOB only on cluster and platform (design)."""
-    from kvtier.stacks.cluster import ClusterStack
+    """Platform depends on cluster, cluster on network; each LOB only on cluster and platform (design).
+    An existing cluster has no network stack, and its cluster stack imports it (kvtier.stacks.cluster)."""
+    from kvtier.stacks.cluster import cluster_stack
     from kvtier.stacks.lob import LobStack
     from kvtier.stacks.network import NetworkStack
     from kvtier.stacks.platform import PlatformStack
 
     env = config.env
-    network = NetworkStack(scope, env)
-    cluster = ClusterStack(scope, env, network.network)
-    cluster.add_stack_dependency(network)
-    platform = PlatformStack(scope, config, cluster.eks.icluster)
+    network = NetworkStack(scope, env) if env.hyperpod.existing is None else None
+    cluster = cluster_stack(scope, env, network.network if network is not None else None)
+    if network is not None:
+        cluster.add_stack_dependency(network)
+    platform = PlatformStack(
+        scope,
+        config,
+        cluster.icluster,
+        oidc_provider_arn=cluster.oidc_provider_arn,
+        hyperpod_cluster_arn=cluster.hyperpod_cluster_arn,
+    )
     platform.add_stack_dependency(cluster)
     stacks = EnvironmentStacks(network=network, cluster=cluster, platform=platform)
     for lob in config.lobs:
-        lob_stack = LobStack(scope, config, lob, cluster.eks.icluster)
+        lob_stack = LobStack(scope, config, lob, cluster.icluster)
         lob_stack.add_stack_dependency(cluster)
         lob_stack.add_stack_dependency(platform)
         stacks.lobs.append(lob_stack)

@@ -1,13 +1,21 @@
-"""`kvtier-<env>-cluster`: EKS, add-ons, the HyperPod dependencies and the HyperPod cluster, in design order."""
+"""`kvtier-<env>-cluster`: EKS, add-ons, the HyperPod dependencies and the HyperPod cluster, in design order; or, for a
+cluster kvtier did not create, the import, the switched-on add-ons and the Tiered Storage custom resource.
+
+Both kinds give the platform and LOB stacks the same interface (`ClusterStack`): the `ICluster` to apply manifests
+to, IRSA trust through `eks`, the OIDC provider ARN and the HyperPod cluster ARN.
+"""
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput
+from aws_cdk import CfnOutput, aws_eks_v2
 from constructs import Construct
 
+from kvtier.addons import addons
 from kvtier.config.environment import Environment
-from kvtier.constructs.addons import ClusterAddons, addons
+from kvtier.config.hyperpod import ADDON_GROUPS, ExistingCluster
+from kvtier.constructs.addons import ClusterAddons
 from kvtier.constructs.eks import KvtierEks
+from kvtier.constructs.eks_access import EksAccess, ExistingEks
 from kvtier.constructs.hyperpod import HyperPodCluster
 from kvtier.constructs.hyperpod_dependencies import (
     CHART_PATH,
@@ -18,16 +26,77 @@ from kvtier.constructs.hyperpod_dependencies import (
     HyperPodDependencies,
 )
 from kvtier.constructs.network import KvtierNetwork
+from kvtier.constructs.tiered_storage import TieredStorageSetting
+from kvtier.errors import ConfigError, Problem
 from kvtier.stacks.base import KvtierStack
 from kvtier.stacks.manifests import HelmRelease
 
 
 class ClusterStack(KvtierStack):
+    """What the platform and LOB stacks use, whichever kind of cluster."""
+
+    eks: EksAccess
+
+    def __init__(self, scope: Construct, env: Environment, description: str) -> None:
+        super().__init__(scope, env, "cluster", description)
+
+    @property
+    def icluster(self) -> aws_eks_v2.ICluster:
+        return self.eks.icluster
+
+    @property
+    def oidc_provider_arn(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def hyperpod_cluster_arn(self) -> str:
+        raise NotImplementedError
+
+    def _dependencies_release(self) -> None:
+        self.outputs.releases.append(
+            HelmRelease(
+                "helm (custom resource)",
+                RELEASE,
+                f"{REPOSITORY}@{COMMIT}:{CHART_PATH}",
+                COMMIT[:8],
+                NAMESPACE,
+                source="reference aws-hyperpod.md 7",
+            )
+        )
+
+
+def _check_addon_names(existing: ExistingCluster) -> None:
+    """`install.addons` names add-ons of the cluster stack (kvtier.constructs.addons) or a whole phase."""
+    known = [a.name for phase in ADDON_GROUPS for a in addons(phase)]
+    problems = [
+        Problem(
+            "environment",
+            f"hyperpod.existing.install.addons[{i}]",
+            f"'{name}' is not an add-on of the cluster stack",
+            f"use phases {', '.join(ADDON_GROUPS)} or names {', '.join(known)}",
+        )
+        for i, name in enumerate(existing.install.addons)
+        if name not in known and name not in ADDON_GROUPS
+    ]
+    if problems:
+        raise ConfigError(problems)
+
+
+def cluster_stack(scope: Construct, env: Environment, network: KvtierNetwork | None) -> ClusterStack:
+    """kvtier's own cluster in `network`, or the import of the existing one (no network stack then)."""
+    if env.hyperpod.existing is not None:
+        return ExistingClusterStack(scope, env, env.hyperpod.existing)
+    if network is None:
+        raise ValueError("a cluster kvtier creates needs the network stack")
+    return NewClusterStack(scope, env, network)
+
+
+class NewClusterStack(ClusterStack):
     def __init__(self, scope: Construct, env: Environment, network: KvtierNetwork) -> None:
-        super().__init__(scope, env, "cluster", f"kvtier {env.name}: EKS and the HyperPod cluster")
+        super().__init__(scope, env, f"kvtier {env.name}: EKS and the HyperPod cluster")
         subnets = network.node_subnets
         # 1. EKS, OIDC provider and access entries.
-        self.eks = KvtierEks(
+        self.kvtier_eks = KvtierEks(
             self,
             "Eks",
             env=env,
@@ -35,6 +104,7 @@ class ClusterStack(KvtierStack):
             subnets=subnets,
             node_security_group=network.node_security_group,
         )
+        self.eks = self.kvtier_eks
         # 2. The four networking add-ons, before any node.
         self.network_addons = ClusterAddons(
             self, "NetworkAddons", eks_cluster=self.eks, specs=addons("network"), outputs=self.outputs
@@ -55,24 +125,15 @@ class ClusterStack(KvtierStack):
             self,
             "HyperPod",
             env=env,
-            eks_cluster_arn=self.eks.cluster.cluster_arn,
+            eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
             subnets=subnets,
             security_group=network.node_security_group,
         )
-        self.outputs.releases.append(
-            HelmRelease(
-                "helm (custom resource)",
-                RELEASE,
-                f"{REPOSITORY}@{COMMIT}:{CHART_PATH}",
-                COMMIT[:8],
-                NAMESPACE,
-                source="reference aws-hyperpod.md 7",
-            )
-        )
+        self._dependencies_release()
         for dependency in (
             *self.network_addons.addons.values(),
             self.hyperpod_dependencies.resource,
-            *self.eks.admin_entries,
+            *self.kvtier_eks.admin_entries,
         ):
             self.hyperpod.cluster.node.add_dependency(dependency)
         # 5. Add-ons whose pods need nodes.
@@ -84,19 +145,103 @@ class ClusterStack(KvtierStack):
             outputs=self.outputs,
             context={
                 "hyperpod_cluster_arn": self.hyperpod.cluster_arn,
-                "eks_cluster_arn": self.eks.cluster.cluster_arn,
+                "eks_cluster_arn": self.kvtier_eks.cluster.cluster_arn,
             },
         )
         self.node_addons.node.add_dependency(self.hyperpod.cluster)
         self._outputs(env)
 
+    @property
+    def oidc_provider_arn(self) -> str:
+        return self.kvtier_eks.oidc_provider.open_id_connect_provider_arn
+
+    @property
+    def hyperpod_cluster_arn(self) -> str:
+        return self.hyperpod.cluster_arn
+
     def _outputs(self, env: Environment) -> None:
-        CfnOutput(self, "EksClusterName", value=self.eks.cluster.cluster_name)
-        CfnOutput(self, "EksClusterArn", value=self.eks.cluster.cluster_arn)
+        CfnOutput(self, "EksClusterName", value=self.kvtier_eks.cluster.cluster_name)
+        CfnOutput(self, "EksClusterArn", value=self.kvtier_eks.cluster.cluster_arn)
         CfnOutput(self, "HyperPodClusterName", value=env.hyperpod_cluster_name)
         CfnOutput(self, "HyperPodClusterArn", value=self.hyperpod.cluster_arn)
         CfnOutput(
             self,
             "UpdateKubeconfigCommand",
             value=f"aws eks update-kubeconfig --region {env.region} --name {env.eks_cluster_name}",
+        )
+
+
+class ExistingClusterStack(ClusterStack):
+    """An existing HyperPod cluster: imported, with only what its install switches ask for, and Tiered Storage set
+    through the API. No VPC, EKS or HyperPod resource is created."""
+
+    def __init__(self, scope: Construct, env: Environment, existing: ExistingCluster) -> None:
+        super().__init__(
+            scope,
+            env,
+            f"kvtier {env.name}: the existing cluster {existing.eks_cluster_name} (imported), Tiered Storage",
+        )
+        _check_addon_names(existing)
+        self.existing = existing
+        self.existing_eks = ExistingEks(self, "Eks", env=env, existing=existing)
+        self.eks = self.existing_eks
+        # Add-ons the owner asked kvtier to install; the cluster already has nodes, so no ordering is needed.
+        context = {
+            "hyperpod_cluster_arn": existing.hyperpod_cluster_arn,
+            "eks_cluster_arn": self.eks.icluster.cluster_arn,
+        }
+        self.addons: dict[str, ClusterAddons] = {}
+        for phase in ADDON_GROUPS:
+            specs = [s for s in addons(phase) if env.hyperpod.installs_addon(s.name, s.phase)]
+            if specs:
+                self.addons[phase] = ClusterAddons(
+                    self,
+                    {"network": "NetworkAddons", "nodes": "NodeAddons"}[phase],
+                    eks_cluster=self.eks,
+                    specs=specs,
+                    outputs=self.outputs,
+                    context=context,
+                )
+        self.hyperpod_dependencies: HyperPodDependencies | None = None
+        if env.hyperpod.installs("hyperpod_dependencies"):
+            self.hyperpod_dependencies = HyperPodDependencies(
+                self,
+                "HyperPodDependencies",
+                cluster=self.eks.icluster,
+                region=env.region,
+                vpc=self.existing_eks.vpc,
+                subnets=self.existing_eks.subnets,
+                security_group=self.existing_eks.security_group,
+                kubectl_layer=self.eks.kubectl_layer,
+            )
+            self._dependencies_release()
+        # With tiered storage off in config, kvtier leaves the owner's setting alone.
+        self.tiered_storage: TieredStorageSetting | None = None
+        if env.hyperpod.tiered_storage.enabled:
+            self.tiered_storage = TieredStorageSetting(
+                self,
+                "TieredStorage",
+                cluster_arn=existing.hyperpod_cluster_arn,
+                memory_percent=env.hyperpod.tiered_storage.memory_percent,
+            )
+        self._outputs(env)
+
+    @property
+    def oidc_provider_arn(self) -> str:
+        return self.existing.oidc_provider_arn
+
+    @property
+    def hyperpod_cluster_arn(self) -> str:
+        return self.existing.hyperpod_cluster_arn
+
+    def _outputs(self, env: Environment) -> None:
+        CfnOutput(self, "EksClusterName", value=self.existing.eks_cluster_name)
+        CfnOutput(self, "HyperPodClusterName", value=env.hyperpod_cluster_name)
+        CfnOutput(self, "HyperPodClusterArn", value=self.existing.hyperpod_cluster_arn)
+        if self.tiered_storage is not None:
+            CfnOutput(self, "TieredStorageSetting", value=self.tiered_storage.resource.ref)
+        CfnOutput(
+            self,
+            "UpdateKubeconfigCommand",
+            value=f"aws eks update-kubeconfig --region {env.region} --name {self.existing.eks_cluster_name}",
         )

@@ -1,4 +1,9 @@
-"""`kvtier-<env>-<lob>`: one line of business, isolated in its own namespace and stack."""
+"""`kvtier-<env>-<lob>`: one line of business, isolated in its own namespace and stack.
+
+One method per concern, each applying its own chart (one file in dist/) after the namespace: the L2 volume and its
+janitor, the Kyverno policy, then the endpoints (which need both), then their benchmark Jobs. Isolation (quotas,
+network policies, pod identity) adds methods of the same shape.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +11,29 @@ from aws_cdk import Tags
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
+from kvtier.k8s.base import KvtierChart, api_object, chart_app
+from kvtier.k8s.bench_job import add_bench_job
+from kvtier.k8s.curvine.janitor import add_janitor
+from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
+from kvtier.k8s.kyverno_policy import add_l2_policy
+from kvtier.k8s.lmcache import L2_CLAIM
+from kvtier.k8s.namespace import add_namespace
+from kvtier.k8s.operator_endpoint import add_operator_endpoint
+from kvtier.k8s.router import add_router
+from kvtier.k8s.standalone import add_standalone_engine
+from kvtier.naming import l2_lob_path, lob_namespace
 from kvtier.stacks.base import KvtierStack
+from kvtier.stacks.manifests import apply_chart
 
 LOB_TAG = "kvtier:line-of-business"
+
+
+def l2_volume_name(env: str, lob: str) -> str:
+    """The LOB's cluster-scoped static PersistentVolume (12 + 20 + 10 characters)."""
+    return f"kvtier-{env}-{lob}-l2"
 
 
 class LobStack(KvtierStack):
@@ -19,3 +42,82 @@ class LobStack(KvtierStack):
         Tags.of(self).add(LOB_TAG, lob.name)
         self.lob = lob
         self.cluster = cluster
+        self.namespace = lob_namespace(lob.name)
+        self._app = chart_app()
+        self.namespace_manifest = self._namespace()
+        self.l2 = self._l2()
+        self.admission = self._admission()
+        self.endpoints = {endpoint.name: self._endpoint(endpoint) for endpoint in lob.endpoints}
+        self.benchmarks = {e.name: self._benchmark(e) for e in lob.endpoints if e.bench.enabled}
+
+    def _chart(self, id: str) -> KvtierChart:
+        return KvtierChart(self._app, id, namespace=self.namespace)
+
+    def _apply(self, id: str, chart: KvtierChart, *after: eks.KubernetesManifest) -> eks.KubernetesManifest:
+        manifest = apply_chart(self, id, self.cluster, chart, self.outputs)
+        for dependency in after:
+            manifest.node.add_dependency(dependency)
+        return manifest
+
+    def _namespace(self) -> eks.KubernetesManifest:
+        chart = self._chart("namespace")
+        add_namespace(chart, self.lob.name)
+        return self._apply("Namespace", chart)
+
+    def _l2(self) -> eks.KubernetesManifest:
+        """The LOB's directory of the Curvine pool as the PVC `l2-cache`, and the janitor that keeps it in budget."""
+        env = self.config_env
+        chart = self._chart("l2")
+        volume = l2_volume_name(env.name, self.lob.name)
+        static_pv(
+            chart,
+            "volume",
+            env=env,
+            name=volume,
+            curvine_path=l2_lob_path(env.name, self.lob.name),
+            claim_namespace=self.namespace,
+            claim_name=L2_CLAIM,
+        )
+        api_object(
+            chart,
+            "claim",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": L2_CLAIM, "namespace": self.namespace},
+                "spec": pvc_spec(volume),
+            },
+        )
+        add_janitor(
+            chart,
+            "janitor",
+            env=env,
+            namespace=self.namespace,
+            claim_name=L2_CLAIM,
+            budget_gb=self.lob.l2.budget_gb,
+            max_age_hours=self.lob.l2.max_age_hours,
+        )
+        return self._apply("L2", chart, self.namespace_manifest)
+
+    def _admission(self) -> eks.KubernetesManifest:
+        """The Kyverno Policy that rewires operator pods to the L2 volume (and fails their admission closed)."""
+        chart = self._chart("admission")
+        add_l2_policy(chart, self.lob.name)
+        return self._apply("Admission", chart, self.namespace_manifest)
+
+    def _endpoint(self, endpoint: Endpoint) -> eks.KubernetesManifest:
+        """One endpoint's objects: an InferenceEndpointConfig, or vLLM + router in standalone mode."""
+        chart = self._chart(f"endpoint-{endpoint.name}")
+        if endpoint.mode == "operator":
+            add_operator_endpoint(chart, self.config_env, self.lob.name, endpoint)
+        else:
+            add_standalone_engine(chart, self.config_env, self.lob.name, endpoint)
+            add_router(chart, self.config_env, self.lob.name, endpoint)
+        # The policy must be active before the first pod, and pods need their L2 claim.
+        return self._apply(f"Endpoint-{endpoint.name}", chart, self.namespace_manifest, self.l2, self.admission)
+
+    def _benchmark(self, endpoint: Endpoint) -> eks.KubernetesManifest:
+        """The endpoint's benchmark Job (`bench.enabled`), created after the endpoint; it waits for it to serve."""
+        chart = self._chart(f"bench-{endpoint.name}")
+        add_bench_job(chart, self.config_env, self.lob.name, endpoint)
+        return self._apply(f"Bench-{endpoint.name}", chart, self.endpoints[endpoint.name])

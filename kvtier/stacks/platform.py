@@ -6,10 +6,58 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from kvtier.config.loader import Config
+from kvtier.constructs.inference_operator import InferenceOperator
+from kvtier.constructs.kyverno import Kyverno
+from kvtier.k8s.base import chart_app
+from kvtier.k8s.curvine.charts import curvine_charts
 from kvtier.stacks.base import KvtierStack
+from kvtier.stacks.manifests import apply_chart
 
 
 class PlatformStack(KvtierStack):
-    def __init__(self, scope: Construct, config: Config, cluster: eks.ICluster) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        config: Config,
+        cluster: eks.ICluster,
+        *,
+        oidc_provider_arn: str,
+        hyperpod_cluster_arn: str,
+    ) -> None:
         super().__init__(scope, config.env, "platform", f"kvtier {config.env.name}: shared in-cluster services")
         self.cluster = cluster
+        self.curvine = self._curvine() if self.config_env.hyperpod.installs("curvine") else []
+        self.operator = self._operator(oidc_provider_arn, hyperpod_cluster_arn)
+        self.kyverno = self._kyverno()
+
+    def _curvine(self) -> list[eks.KubernetesManifest]:
+        """Curvine's charts, each applied after the previous one (namespace, cluster, CSI driver). On an existing
+        cluster with `install.curvine: false` the owner runs Curvine under the same names (LOB volumes point at
+        kvtier.k8s.curvine.master_addresses)."""
+        applied: list[eks.KubernetesManifest] = []
+        for chart in curvine_charts(chart_app(), self.config_env):
+            manifest = apply_chart(self, f"Curvine-{chart.node.id}", self.cluster, chart, self.outputs)
+            if applied:
+                manifest.node.add_dependency(applied[-1])
+            applied.append(manifest)
+        return applied
+
+    def _operator(self, oidc_provider_arn: str, hyperpod_cluster_arn: str) -> InferenceOperator | None:
+        """The Inference Operator add-on with its IAM roles and TLS bucket (skipped where the owner installs it)."""
+        if not self.config_env.hyperpod.installs("inference_operator"):
+            return None
+        return InferenceOperator(
+            self,
+            "InferenceOperator",
+            env=self.config_env,
+            cluster=self.cluster,
+            oidc_provider_arn=oidc_provider_arn,
+            hyperpod_cluster_arn=hyperpod_cluster_arn,
+            outputs=self.outputs,
+        )
+
+    def _kyverno(self) -> Kyverno | None:
+        """Kyverno (Helm), which runs the LOB policies that rewire operator pods to Curvine."""
+        if not self.config_env.hyperpod.installs("kyverno"):
+            return None
+        return Kyverno(self, "Kyverno", env=self.config_env, cluster=self.cluster, outputs=self.outputs)

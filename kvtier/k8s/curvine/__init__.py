@@ -1,22 +1,34 @@
 """Curvine, the L2 pool: charts for the platform stack, and the helpers LOB stacks use (static PV, janitor).
 
 Apply order (`curvine_charts`): the namespace, then the cluster (config, masters, workers), then the CSI driver.
+
+Submodules load lazily: `kvtier.k8s.curvine.names` (plain constants) must stay importable without cdk8s/jsii, for
+`kvtier verify`.
 """
 
 from __future__ import annotations
 
-import cdk8s
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from kvtier.config.curvine import cpu_millis, curvine_problems, memory_bytes
-from kvtier.config.environment import Environment
-from kvtier.errors import ConfigError
-from kvtier.k8s.base import KvtierChart
-from kvtier.k8s.curvine.cluster import cluster_chart, namespace_chart
-from kvtier.k8s.curvine.csi import PLUGIN_RESOURCES, SIDECAR_RESOURCES, csi_chart
-from kvtier.k8s.curvine.janitor import add_janitor
-from kvtier.k8s.curvine.names import L2_MOUNT_PATH, NAMESPACE
-from kvtier.k8s.curvine.volumes import PV_CAPACITY, STORAGE_CLASS_NAME, master_addresses, pvc_spec, static_pv
+if TYPE_CHECKING:
+    from kvtier.k8s.curvine.charts import curvine_charts, gpu_node_requests
+    from kvtier.k8s.curvine.janitor import add_janitor
+    from kvtier.k8s.curvine.names import L2_MOUNT_PATH, NAMESPACE
+    from kvtier.k8s.curvine.volumes import PV_CAPACITY, STORAGE_CLASS_NAME, master_addresses, pvc_spec, static_pv
 
+_HOME = {
+    "curvine_charts": "charts",
+    "gpu_node_requests": "charts",
+    "add_janitor": "janitor",
+    "L2_MOUNT_PATH": "names",
+    "NAMESPACE": "names",
+    "PV_CAPACITY": "volumes",
+    "STORAGE_CLASS_NAME": "volumes",
+    "master_addresses": "volumes",
+    "pvc_spec": "volumes",
+    "static_pv": "volumes",
+}
 __all__ = [
     "L2_MOUNT_PATH",
     "NAMESPACE",
@@ -31,20 +43,7 @@ __all__ = [
 ]
 
 
-def curvine_charts(app: cdk8s.App, env: Environment) -> list[KvtierChart]:
-    """Every Curvine chart of the environment, in apply order. Raises ConfigError when the environment cannot hold
-    the pool (worker size vs NVMe, masters vs system nodes), in case the loader did not check already."""
-    problems = curvine_problems(env, "environment")
-    if problems:
-        raise ConfigError(problems)
-    return [namespace_chart(app, env), cluster_chart(app, env), csi_chart(app, env)]
-
-
-def gpu_node_requests(env: Environment) -> tuple[int, int]:
-    """(millicores, bytes) Curvine requests on every GPU node: worker, FUSE pod and CSI node plugin. Capacity planning
-    must leave this free: FUSE pods are placed by nodeName, so the kubelet rejects one that does not fit."""
-    res = env.curvine.resources
-    containers = [res.worker.k8s(), res.fuse.k8s(), PLUGIN_RESOURCES, SIDECAR_RESOURCES, SIDECAR_RESOURCES]
-    cpu = sum(cpu_millis(c["requests"]["cpu"]) for c in containers)
-    memory = sum(memory_bytes(c["requests"]["memory"]) for c in containers)
-    return cpu, memory
+def __getattr__(name: str) -> Any:
+    if name not in _HOME:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)

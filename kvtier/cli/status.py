@@ -1,0 +1,63 @@
+"""`kvtier status`: is the HyperPod cluster healthy? Cluster status, instance groups (current vs target nodes),
+Tiered Storage, node recovery, and the EKS add-ons kvtier expects, each with a verdict.
+
+Read-only AWS calls (sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon) with your credentials.
+Exit 0 healthy, 1 degraded, 3 cannot check (no credentials, no such cluster, AWS unreachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING, Any
+
+from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
+
+if TYPE_CHECKING:
+    from kvtier.ops.status import StatusReport
+
+VERDICT_STYLE = {"ok": "green", "degraded": "bold red", "unknown": "yellow"}
+
+
+def register(sub: Any) -> None:
+    parser: argparse.ArgumentParser = sub.add_parser(
+        "status",
+        help="check the HyperPod cluster, Tiered Storage and EKS add-ons through the AWS APIs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_env_options(parser)
+    add_json_option(parser)
+    parser.add_argument("--profile", default=None, help="AWS profile (default: the usual credential chain)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_from_args(args)
+    from kvtier.ops.status import clients, collect
+
+    sagemaker, eks = clients(config.env, args.profile)
+    report = collect(config.env, sagemaker, eks)
+    if args.json:
+        print_json(report.to_json())
+    else:
+        print_report(report)
+    return int(report.exit_code)
+
+
+def print_report(report: StatusReport) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kvtier {report.environment}: HyperPod {report.hyperpod_cluster}, EKS {report.eks_cluster}")
+    for column in ("area", "name", "value", "verdict", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in report.checks:
+        style = VERDICT_STYLE[check.verdict]
+        table.add_row(check.area, check.name, check.value, f"[{style}]{check.verdict}[/{style}]", check.detail)
+    console = Console()
+    console.print(table)
+    bad = [c for c in report.checks if c.verdict != "ok"]
+    if bad:
+        console.print(f"[bold red]degraded[/bold red]: {len(bad)} of {len(report.checks)} checks need attention")
+    else:
+        console.print(f"[green]healthy[/green]: all {len(report.checks)} checks passed")

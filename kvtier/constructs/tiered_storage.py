@@ -1,0 +1,114 @@
+"""Tiered Storage on an existing HyperPod cluster: a custom resource that sets it through the SageMaker API.
+
+A cluster kvtier creates gets `TieredStorageConfig` from CloudFormation (kvtier.constructs.hyperpod); a cluster it
+imports is not CloudFormation's to change, so the handler in kvtier/lambdas/tiered_storage calls UpdateCluster and
+waits, through the Provider framework's is-complete polling, until the cluster is InService again.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from aws_cdk import CustomResource, Duration, Stack
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from kvtier.constructs.nag import LAMBDA_BASIC, acknowledge
+
+HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "tiered_storage"
+RESOURCE_TYPE = "Custom::HyperPodTieredStorage"
+# The Provider framework's waiter allows at most one hour in all (aws-cdk-lib custom-resources ProviderProps
+# totalTimeout); the poll interval must divide it.
+TOTAL_TIMEOUT = Duration.hours(1)
+QUERY_INTERVAL = Duration.seconds(30)
+
+
+class TieredStorageSetting(Construct):
+    """Sets HyperPod Tiered Storage on the cluster `cluster_arn`; restores the owner's setting on delete."""
+
+    def __init__(self, scope: Construct, id: str, *, cluster_arn: str, memory_percent: int) -> None:
+        super().__init__(scope, id)
+        code = lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"])
+        self.on_event = self._function("OnEvent", "index.on_event", code, "Asks HyperPod to change Tiered Storage")
+        self.is_complete = self._function(
+            "IsComplete", "index.is_complete", code, "Waits until the HyperPod cluster is InService again"
+        )
+        # Least privilege: only this cluster; UpdateCluster only for the function that changes it. No iam:PassRole:
+        # the request carries no role (no InstanceGroups, no ClusterRole).
+        self.on_event.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="TieredStorageOnThisCluster",
+                actions=["sagemaker:DescribeCluster", "sagemaker:UpdateCluster"],
+                resources=[cluster_arn],
+            )
+        )
+        self.is_complete.add_to_role_policy(
+            iam.PolicyStatement(sid="ReadThisCluster", actions=["sagemaker:DescribeCluster"], resources=[cluster_arn])
+        )
+        provider = cr.Provider(
+            self,
+            "Provider",
+            on_event_handler=self.on_event,
+            is_complete_handler=self.is_complete,
+            query_interval=QUERY_INTERVAL,
+            total_timeout=TOTAL_TIMEOUT,
+            # The waiter's executions are the record of how long the cluster took; no execution data (it holds ARNs).
+            disable_waiter_state_machine_logging=False,
+            waiter_state_machine_log_options=cr.LogOptions(
+                destination=logs.LogGroup(self, "WaiterLogs", retention=logs.RetentionDays.ONE_MONTH),
+                level=sfn.LogLevel.ALL,
+                include_execution_data=False,
+            ),
+        )
+        # Always Enable: with tiered storage off in config, kvtier leaves the owner's setting alone (no resource).
+        self.resource = CustomResource(
+            self,
+            "Setting",
+            service_token=provider.service_token,
+            resource_type=RESOURCE_TYPE,
+            properties={
+                "ClusterName": cluster_arn,  # the API takes the ARN as ClusterName
+                "Mode": "Enable",
+                "InstanceMemoryAllocationPercentage": memory_percent,
+            },
+        )
+        self._acknowledge(provider)
+
+    def _function(self, id: str, handler: str, code: lambda_.Code, description: str) -> lambda_.Function:
+        return lambda_.Function(
+            self,
+            id,
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler=handler,
+            code=code,
+            timeout=Duration.minutes(1),
+            memory_size=256,
+            log_group=logs.LogGroup(self, f"{id}Logs", retention=logs.RetentionDays.ONE_MONTH),
+            description=description,
+        )
+
+    def _acknowledge(self, provider: cr.Provider) -> None:
+        stack = Stack.of(self)
+        reasons = {
+            LAMBDA_BASIC: "Lambda basic execution role: the handlers write only their own logs.",
+            "AwsSolutions-L1": "The provider framework's runtime is chosen by aws-cdk-lib, which is pinned.",
+            "AwsSolutions-SF2": "The provider framework's waiter state machine offers no tracing option; it logs ALL.",
+        }
+        framework = [provider.node.find_child(f"framework-{name}") for name in ("isComplete", "onTimeout")]
+        for function in (self.on_event, self.is_complete, *framework):
+            function_id = stack.get_logical_id(function.node.default_child)  # type: ignore[arg-type]
+            reasons[f"AwsSolutions-IAM5[Resource::<{function_id}.Arn>:*]"] = (
+                "The provider framework invokes its handler's versions."
+            )
+        for finding, reason in reasons.items():
+            acknowledge(self, finding, reason)
+        waiter_role = provider.node.find_child("waiter-state-machine").node.find_child("Role")
+        acknowledge(
+            waiter_role,
+            "AwsSolutions-IAM5[Resource::*]",
+            "Step Functions log delivery (logs:CreateLogDelivery and related) supports no resource-level permissions.",
+        )

@@ -1,0 +1,111 @@
+"""An endpoint's LMCache settings: the one source for the standalone ConfigMap, the operator worker environment and the
+Kyverno rewiring, so no two paths drift.
+
+Keys are LMCache 0.4.3 `_CONFIG_DEFINITIONS` names (tests parse them with LMCache's own loader). LMCache reads
+`LMCACHE_CONFIG_FILE` first and then lets `LMCACHE_<KEY>` variables override it (`lmcache_get_or_create_config`,
+0.3.9-0.5.6), so the environment we set also wins over any file the operator may mount.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kvtier.config.endpoint import CacheConfig
+from kvtier.k8s.curvine import names as curvine_names
+
+ENV_PREFIX = "LMCACHE_"
+L2_MOUNT_PATH = curvine_names.L2_MOUNT_PATH  # design "L2 layout": where pods mount their LOB's L2
+L2_CLAIM = "l2-cache"
+L2_VOLUME = "kvtier-l2"
+# Cache keys use Python hashing: every pod sharing L2 needs the same seed (curvine-lmcache.md 2.5).
+HASH_SEED = "0"
+# `cachegen` silently never stores with remote connectors (curvine-lmcache.md 2.6).
+SERDE = "naive"
+# With L1 off LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with local_cpu=False).
+L2_STAGING_GB = 2.0
+# Marks the vLLM container of an operator pod whose L2 Kyverno rewires to Curvine (read by the per-LOB Policy).
+L2_MARKER = "KVTIER_L2_BACKEND"
+# LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
+PROMETHEUS_DIR = "/tmp"
+# kvaware: the LMCache controller inside the router (production-stack defaults: pull 9000, reply 9001, heartbeat 9002).
+CONTROLLER_PULL_PORT = 9000
+CONTROLLER_REPLY_PORT = 9001
+CONTROLLER_HEARTBEAT_PORT = 9002
+WORKER_PORT_BASE = 8001  # one LMCache worker port per tensor-parallel rank: 8001, 8002, ...
+
+
+def env_name(key: str) -> str:
+    """`max_local_cpu_size` -> `LMCACHE_MAX_LOCAL_CPU_SIZE` (LMCache's env loader reads only defined keys)."""
+    return ENV_PREFIX + key.upper()
+
+
+def l2_url(endpoint: str) -> str:
+    """The endpoint's directory on its LOB's L2 volume; LMCache's URL parser needs a host and port (unused)."""
+    return f"fs://localhost:0{L2_MOUNT_PATH}/{endpoint}/"
+
+
+@dataclass(frozen=True)
+class Controller:
+    """Where a kvaware endpoint's LMCache workers report their L1 contents (the router's embedded controller)."""
+
+    host: str
+    tensor_parallel: int
+
+    @property
+    def worker_ports(self) -> list[int]:
+        return [WORKER_PORT_BASE + rank for rank in range(self.tensor_parallel)]
+
+
+def lmcache_config(cache: CacheConfig, endpoint: str, controller: Controller | None = None) -> dict[str, Any]:
+    """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2.
+
+    `remote_url` is set for `l2: curvine` only; for `tieredstorage` the operator injects its own.
+    """
+    if cache.l1_gb == 0 and cache.l2 == "none":
+        return {}
+    config: dict[str, Any] = {
+        "chunk_size": cache.chunk_size,
+        "local_cpu": cache.l1_gb > 0,
+        "max_local_cpu_size": float(cache.l1_gb) if cache.l1_gb > 0 else L2_STAGING_GB,
+        "save_unfull_chunk": False,  # whole chunks only: one L2 file per `chunk_size` tokens
+        "remote_serde": SERDE,
+    }
+    if cache.l2 == "curvine":
+        config["remote_url"] = l2_url(endpoint)
+    if controller is not None:
+        config |= {
+            "enable_controller": True,
+            "controller_pull_url": f"{controller.host}:{CONTROLLER_PULL_PORT}",
+            "controller_reply_url": f"{controller.host}:{CONTROLLER_REPLY_PORT}",
+            "lmcache_worker_ports": controller.worker_ports,
+        }
+    return config
+
+
+def env_value(value: Any) -> str:
+    """A setting as LMCache's env loader parses it (bools by name, lists comma-separated, dicts as JSON)."""
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    if isinstance(value, dict):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
+
+
+def lmcache_env(config: dict[str, Any], *, omit: frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    """Settings as `LMCACHE_<KEY>` variables, in key order."""
+    return [{"name": env_name(k), "value": env_value(v)} for k, v in sorted(config.items()) if k not in omit]
+
+
+def hash_seed_env() -> dict[str, str]:
+    return {"name": "PYTHONHASHSEED", "value": HASH_SEED}
+
+
+def rewire_env(endpoint: str) -> list[dict[str, str]]:
+    """What the Kyverno policy sets on an operator pod for `l2: curvine` (`endpoint` may be a policy variable)."""
+    config = lmcache_config(CacheConfig(l2="curvine"), endpoint)
+    keys = {"remote_url", "remote_serde"}
+    return [*lmcache_env({k: v for k, v in config.items() if k in keys}), hash_seed_env()]

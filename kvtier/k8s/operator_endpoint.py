@@ -1,0 +1,183 @@
+"""Operator mode: one `InferenceEndpointConfig` (HyperPod Inference Operator, CRD v1) per endpoint.
+
+The operator renders the Deployment, its router and its load balancer. For `l2: curvine` the CRD cannot name a
+filesystem L2: the endpoint declares the placeholder backend `tieredstorage` and the LOB's Kyverno Policy rewires
+its pods (kyverno_policy.py). The operator's router pods are reached through a kvtier Service (endpoint_names.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kvtier.config.endpoint import Autoscaling, CloudWatchTrigger, Endpoint, HuggingFaceModel, PrometheusTrigger
+from kvtier.config.environment import Environment
+from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.endpoint_names import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_ROUTER_PORT,
+    operator_router_pod_label,
+    operator_router_service_name,
+)
+from kvtier.k8s.lmcache import (
+    L2_MARKER,
+    PROMETHEUS_DIR,
+    hash_seed_env,
+    lmcache_config,
+    lmcache_env,
+)
+from kvtier.k8s.sizing import worker_size
+from kvtier.naming import lob_namespace
+
+API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
+KIND = "InferenceEndpointConfig"
+MODEL_PATH = "/opt/ml/model"  # where the operator mounts the weights; also the model name in every LMCache key
+MODEL_VOLUME = "model-weights"
+VLLM_PORT = 8000
+HEALTH_PATH = "/health"  # vLLM; the CRD's default /ping is SageMaker's
+INVOCATION_PATH = "v1/chat/completions"
+PLACEHOLDER_L2 = "tieredstorage"  # the only backend besides redis the CRD accepts; Kyverno replaces it for curvine
+
+
+def model_name(env: str, lob: str, endpoint: str) -> str:
+    """SageMaker model name: unique per account and region across environments (12 + 20 + 28 + 2 <= 63)."""
+    return f"{env}-{lob}-{endpoint}"
+
+
+def _model_source(env: Environment, endpoint: Endpoint) -> dict[str, Any]:
+    model = endpoint.model
+    # Prefetch stays off: with kvCacheSpec it is reported to fail with "Not found: lmcache-config" (aws-hyperpod.md 4.2).
+    if isinstance(model, HuggingFaceModel):
+        hf: dict[str, Any] = {"modelId": model.id}
+        if model.revision:
+            hf["commitSHA"] = model.revision
+        if model.token_secret:
+            hf["tokenSecretRef"] = {"name": model.token_secret, "key": "token"}
+        return {"modelSourceType": "huggingface", "huggingFaceModel": hf, "prefetchEnabled": False}
+    return {
+        "modelSourceType": "s3",
+        "s3Storage": {"bucketName": model.bucket, "region": model.region or env.region},
+        "modelLocation": model.prefix,
+        "prefetchEnabled": False,
+    }
+
+
+def vllm_args(endpoint: Endpoint) -> list[str]:
+    """vLLM server flags shared by both modes, after `--model` (L0 prefix caching is on by default in vLLM V1)."""
+    return [
+        "--served-model-name",
+        endpoint.model.id,
+        "--max-model-len",
+        str(endpoint.max_model_len),
+        "--tensor-parallel-size",
+        str(endpoint.tensor_parallel),
+        "--gpu-memory-utilization",
+        str(endpoint.gpu_memory_utilization),
+        "--block-size",
+        str(endpoint.block_size),
+    ]
+
+
+def worker_env(endpoint: Endpoint) -> list[dict[str, str]]:
+    """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one)."""
+    env = lmcache_env(lmcache_config(endpoint.cache, endpoint.name), omit=frozenset({"remote_url"}))
+    env += [hash_seed_env(), {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
+    if endpoint.cache.l2 == "curvine":
+        env.append({"name": L2_MARKER, "value": "curvine"})
+    return env
+
+
+def kv_cache_spec(endpoint: Endpoint) -> dict[str, Any]:
+    l2 = endpoint.cache.l2
+    spec: dict[str, Any] = {"enableL1Cache": endpoint.cache.l1_gb > 0, "enableL2Cache": l2 != "none"}
+    if l2 != "none":
+        spec["l2CacheSpec"] = {"l2CacheBackend": PLACEHOLDER_L2}
+    return spec
+
+
+def autoscaling_spec(endpoint: str, autoscaling: Autoscaling) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "minReplicaCount": autoscaling.min_replicas,
+        "maxReplicaCount": autoscaling.max_replicas,
+        "pollingInterval": autoscaling.polling_interval_s,
+        "cooldownPeriod": autoscaling.cooldown_period_s,
+    }
+    trigger = autoscaling.trigger
+    if isinstance(trigger, PrometheusTrigger):
+        spec["prometheusTrigger"] = {
+            "name": f"{endpoint}-prometheus",
+            "serverAddress": trigger.server_address,
+            "query": trigger.query,
+            "targetValue": trigger.target_value,
+            "activationTargetValue": trigger.activation_target_value,
+        }
+    elif isinstance(trigger, CloudWatchTrigger):
+        spec["cloudWatchTrigger"] = {
+            "name": f"{endpoint}-cloudwatch",
+            "namespace": trigger.namespace,
+            "metricName": trigger.metric_name,
+            "metricStat": trigger.statistic,
+            "dimensions": [{"name": k, "value": v} for k, v in sorted(trigger.dimensions.items())],
+            "targetValue": trigger.target_value,
+            "activationTargetValue": trigger.activation_target_value,
+        }
+    return spec
+
+
+def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
+    spec: dict[str, Any] = {
+        "modelName": model_name(env.name, lob, endpoint.name),
+        "instanceType": endpoint.instance_type,
+        "replicas": endpoint.replicas,
+        "invocationEndpoint": INVOCATION_PATH,
+        "modelSourceConfig": _model_source(env, endpoint),
+        "worker": {
+            "image": endpoint.container_image,
+            "args": ["--model", MODEL_PATH, *vllm_args(endpoint)],
+            "modelInvocationPort": {"containerPort": VLLM_PORT, "name": "http"},
+            "modelVolumeMount": {"name": MODEL_VOLUME, "mountPath": MODEL_PATH},
+            "resources": size.resources(),
+            "environmentVariables": worker_env(endpoint),
+        },
+        "kvCacheSpec": kv_cache_spec(endpoint),
+        # Immutable once set: a new routing strategy replaces the endpoint (design, "Operator mode").
+        "intelligentRoutingSpec": {"enabled": True, "routingStrategy": endpoint.routing},
+        "metrics": {"enabled": True, "modelMetrics": {"path": "/metrics", "port": VLLM_PORT}},
+        "loadBalancer": {"healthCheckPath": HEALTH_PATH},
+        "tags": [
+            {"name": "kvtier:environment", "value": env.name},
+            {"name": "kvtier:line-of-business", "value": lob},
+            {"name": "kvtier:endpoint", "value": endpoint.name},
+        ],
+    }
+    if endpoint.autoscaling is not None:
+        spec["autoScalingSpec"] = autoscaling_spec(endpoint.name, endpoint.autoscaling)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": endpoint.name, "namespace": lob_namespace(lob)},
+        "spec": spec,
+    }
+
+
+def operator_router_service(lob: str, endpoint: str) -> dict[str, Any]:
+    """A stable in-cluster name for the router the operator renders (its own Service name is not documented)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": operator_router_service_name(lob, endpoint),
+            "namespace": OPERATOR_NAMESPACE,
+            "labels": {"kvtier.io/endpoint": endpoint, "kvtier.io/line-of-business": lob},
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {"app": operator_router_pod_label(lob, endpoint)},
+            "ports": [{"name": "http", "port": OPERATOR_ROUTER_PORT, "targetPort": OPERATOR_ROUTER_PORT}],
+        },
+    }
+
+
+def add_operator_endpoint(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
+    api_object(chart, "endpoint", inference_endpoint_config(env, lob, endpoint))
+    api_object(chart, "router-service", operator_router_service(lob, endpoint.name))

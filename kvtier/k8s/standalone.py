@@ -1,0 +1,212 @@
+"""Standalone mode (no operator, any EKS): per endpoint a vLLM + LMCache Deployment, its Service and its LMCache
+ConfigMap; weights from Hugging Face, or streamed from S3 by vLLM's Run:ai loader as the LOB's `model-reader` service
+account (EKS Pod Identity, kvtier/constructs/model_access.py).
+
+Tiers: L0 is vLLM's prefix cache (on by default), L1 LMCache's pinned host memory, L2 LMCache's `fs://` connector on
+the LOB's `l2-cache` volume (Curvine). The router (router.py) spreads requests over the pods.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import yaml
+
+from kvtier.config.endpoint import Endpoint, S3Model
+from kvtier.config.environment import Environment
+from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.curvine.names import L2_MOUNT_PATH
+from kvtier.k8s.endpoint_names import (
+    COMPONENT_LABEL,
+    ENDPOINT_LABEL,
+    ENGINE_PORT,
+    engine_labels,
+    engine_service_name,
+    router_service_name,
+    service_host,
+)
+from kvtier.k8s.isolation import MODEL_READER_SA
+from kvtier.k8s.lmcache import (
+    L2_CLAIM,
+    L2_VOLUME,
+    PROMETHEUS_DIR,
+    Controller,
+    env_name,
+    hash_seed_env,
+    lmcache_config,
+)
+from kvtier.k8s.operator_endpoint import HEALTH_PATH, vllm_args
+from kvtier.k8s.sizing import worker_size
+from kvtier.naming import lob_namespace
+from kvtier.placement import placement
+
+CONTAINER = "engine"  # not `vllm`: the router probes /is_sleeping on containers of that name (dev-mode endpoint)
+CONFIG_DIR = "/etc/lmcache"
+CONFIG_FILE = "lmcache.yaml"
+MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk
+KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}  # vLLM's registered connector
+SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the pod's memory limit
+# Startup covers the weight download and load: 180 x 10 s = 30 minutes before the kubelet restarts the pod.
+STARTUP_FAILURES = 180
+
+
+def lmcache_controller(lob: str, endpoint: Endpoint) -> Controller | None:
+    if endpoint.routing != "kvaware":
+        return None
+    return Controller(service_host(router_service_name(endpoint.name), lob_namespace(lob)), endpoint.tensor_parallel)
+
+
+def endpoint_lmcache_config(lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    return lmcache_config(endpoint.cache, endpoint.name, lmcache_controller(lob, endpoint))
+
+
+def config_map_name(endpoint: str) -> str:
+    return f"{endpoint}-lmcache"
+
+
+def lmcache_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": config_map_name(endpoint.name), "namespace": lob_namespace(lob)},
+        "data": {CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(lob, endpoint), sort_keys=True)},
+    }
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": HEALTH_PATH, "port": "http"},
+        "periodSeconds": period,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
+
+
+def _model(env: Environment, endpoint: Endpoint) -> tuple[list[str], list[dict[str, Any]]]:
+    """(vLLM model arguments, environment) for the model source."""
+    model = endpoint.model
+    hf_home = {"name": "HF_HOME", "value": f"{MODEL_CACHE}/huggingface"}  # config and tokenizer files too
+    if isinstance(model, S3Model):
+        region = model.region or env.region
+        uri = f"s3://{model.bucket}/{model.prefix.rstrip('/')}"
+        return (
+            ["--model", uri, "--load-format", "runai_streamer"],
+            [hf_home, {"name": "AWS_REGION", "value": region}, {"name": "AWS_DEFAULT_REGION", "value": region}],
+        )
+    args = ["--model", model.id]
+    if model.revision:
+        args += ["--revision", model.revision]
+    env_vars: list[dict[str, Any]] = [hf_home]
+    if model.token_secret:
+        env_vars.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": model.token_secret, "key": "token"}}}
+        )
+    return args, env_vars
+
+
+def _engine_env(lob: str, endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        hash_seed_env(),
+        {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        *model_env,
+    ]
+    if endpoint_lmcache_config(lob, endpoint):
+        env.append({"name": "LMCACHE_CONFIG_FILE", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"})
+        env.append({"name": "LMCACHE_TRACK_USAGE", "value": "false"})  # LMCache usage_context.py
+    if lmcache_controller(lob, endpoint) is not None:
+        # Per pod, so it cannot live in the shared file: the router maps instance ids to pod IPs.
+        env.append({"name": env_name("lmcache_instance_id"), "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+    return env
+
+
+def _volumes(lob: str, endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(pod volumes, engine mounts)."""
+    volumes: list[dict[str, Any]] = [
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
+    ]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if endpoint_lmcache_config(lob, endpoint):
+        volumes.append({"name": "lmcache-config", "configMap": {"name": config_map_name(endpoint.name)}})
+        mounts.append({"name": "lmcache-config", "mountPath": CONFIG_DIR, "readOnly": True})
+    if endpoint.cache.l2 == "curvine":
+        volumes.append({"name": L2_VOLUME, "persistentVolumeClaim": {"claimName": L2_CLAIM}})
+        mounts.append({"name": L2_VOLUME, "mountPath": L2_MOUNT_PATH})
+    volumes.append({"name": "model-cache", "emptyDir": {}})
+    mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE})
+    return volumes, mounts
+
+
+def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    namespace = lob_namespace(lob)
+    labels = engine_labels(endpoint.name)
+    config = endpoint_lmcache_config(lob, endpoint)
+    size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
+    model_args, model_env = _model(env, endpoint)
+    volumes, mounts = _volumes(lob, endpoint)
+    args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT)]
+    if config:
+        args += ["--kv-transfer-config", json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))]
+    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT}]
+    controller = lmcache_controller(lob, endpoint)
+    if controller is not None:
+        ports += [{"name": f"lmc-worker-{i}", "containerPort": p} for i, p in enumerate(controller.worker_ports)]
+    container = {
+        "name": CONTAINER,
+        "image": endpoint.container_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "env": _engine_env(lob, endpoint, model_env),
+        "ports": ports,
+        "resources": size.resources(),
+        "startupProbe": _probe(10, STARTUP_FAILURES),
+        "readinessProbe": _probe(5, 3),
+        "livenessProbe": _probe(15, 4),
+        "volumeMounts": mounts,
+    }
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": endpoint.name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": endpoint.replicas,
+            # A new pod cannot get a GPU while the old ones hold them all: replace one at a time, never surge.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
+            "selector": {"matchLabels": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "engine"}},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"kvtier.io/lmcache-config-sha256": digest}},
+                "spec": {
+                    **placement(env, "gpu").pod_spec(),
+                    # S3 weights are read with the LOB's Pod Identity role through this service account.
+                    **({"serviceAccountName": MODEL_READER_SA} if isinstance(endpoint.model, S3Model) else {}),
+                    "terminationGracePeriodSeconds": 60,
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }
+
+
+def engine_service(lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    """The vLLM pods behind one name, for metrics scraping and debugging; clients call the router."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": engine_service_name(endpoint.name), "namespace": lob_namespace(lob)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "engine"},
+            "ports": [{"name": "http", "port": ENGINE_PORT, "targetPort": "http"}],
+        },
+    }
+
+
+def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
+    if endpoint_lmcache_config(lob, endpoint):
+        api_object(chart, "lmcache-config", lmcache_config_map(lob, endpoint))
+    api_object(chart, "engine", engine_deployment(env, lob, endpoint))
+    api_object(chart, "engine-service", engine_service(lob, endpoint))

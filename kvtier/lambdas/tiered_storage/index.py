@@ -1,0 +1,254 @@
+"""Custom-resource handler: HyperPod Tiered Storage on a cluster kvtier did not create.
+
+CloudFormation does not manage the owner's cluster, so the setting goes through the SageMaker API (reference
+aws-hyperpod.md 1-2). It runs under the CDK custom-resource Provider framework: `on_event` asks for the change and
+`is_complete` polls until the cluster is InService again, because an update can outlast one Lambda run.
+
+- Create/Update: DescribeCluster; when the setting is already as asked nothing is changed. Otherwise UpdateCluster
+  with `TieredStorageConfig` and the cluster's current `NodeRecovery` passed back unchanged (an update carrying only
+  `TieredStorageConfig` is rejected with a ValidationException; reference aws-hyperpod.md 2). No instance groups are
+  passed, so no role is passed and no iam:PassRole is needed.
+- The setting found before kvtier changed it is kept in the physical id (CloudFormation sends nothing else back on
+  Delete). Delete restores it only if kvtier changed it and the cluster still has the setting kvtier asked for.
+- Every API error fails the deployment with AWS's own code and message.
+
+Runs in AWS Lambda; standard library and boto3 only.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final
+
+import boto3
+import botocore
+from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.type_defs import ClusterTieredStorageConfigTypeDef, DescribeClusterResponseTypeDef
+
+PREFIX = "kvtier-tiered-storage"
+UNCHANGED = "unchanged"  # physical-id state: kvtier found the setting as asked and changed nothing
+# Right after UpdateCluster the cluster may still read InService before it turns Updating: InService counts as done
+# only after this many seconds (how long the transition takes is not documented; UNVERIFIED).
+SETTLE_S = 60
+FAILED = ("Failed", "RollingBack", "Deleting")
+PERCENT: Final = "InstanceMemoryAllocationPercentage"
+
+Setting = dict[str, Any]  # {"Mode": "Enable" | "Disable", "InstanceMemoryAllocationPercentage"?: int}
+
+
+def on_event(event: dict[str, Any], _context: Any, client: SageMakerClient | None = None) -> dict[str, Any]:
+    sagemaker = client or _client()
+    _require_tiered_storage_support(sagemaker)
+    if event["RequestType"] == "Delete":
+        return _delete(event, sagemaker)
+    props = event["ResourceProperties"]
+    cluster = props["ClusterName"]
+    want = desired(props)
+    described = describe(sagemaker, cluster)
+    current = current_setting(described)
+    recorded = parse_physical_id(event.get("PhysicalResourceId", "")) if event["RequestType"] == "Update" else None
+    same_cluster = recorded is not None and recorded[0] == cluster
+    if matches(current, want):
+        _log("already as asked", cluster=cluster, setting=current)
+        physical_id = event["PhysicalResourceId"] if same_cluster else make_physical_id(cluster, UNCHANGED)
+        return {"PhysicalResourceId": physical_id, "Data": {"Changed": "false", "Setting": encode(current)}}
+    update(sagemaker, cluster, want, described)
+    # The first setting kvtier replaced is the one to restore, however many updates follow.
+    previous = recorded[1] if recorded is not None and same_cluster and recorded[1] != UNCHANGED else encode(current)
+    return {
+        "PhysicalResourceId": make_physical_id(cluster, previous),
+        "Data": {"Changed": "true", "Setting": encode(want), "RequestedAt": str(int(time.time()))},
+    }
+
+
+def _delete(event: dict[str, Any], sagemaker: SageMakerClient) -> dict[str, Any]:
+    physical_id = event["PhysicalResourceId"]
+    unchanged = {"PhysicalResourceId": physical_id, "Data": {"Changed": "false"}}
+    recorded = parse_physical_id(physical_id)
+    if recorded is None or recorded[1] == UNCHANGED:
+        return unchanged  # kvtier changed nothing (or the create failed before it did)
+    cluster, previous = recorded
+    try:
+        described = describe(sagemaker, cluster)
+    except ClusterNotFoundError:
+        _log("cluster is gone; nothing to restore", cluster=cluster)
+        return unchanged
+    current, target = current_setting(described), decode(previous)
+    if matches(current, target):
+        return unchanged
+    asked = desired(event.get("ResourceProperties", {}))
+    if not matches(current, asked):
+        _log("setting changed since kvtier set it; leaving it", cluster=cluster, setting=current)
+        return unchanged
+    update(sagemaker, cluster, target, described)
+    return {
+        "PhysicalResourceId": physical_id,
+        "Data": {"Changed": "true", "Setting": previous, "RequestedAt": str(int(time.time()))},
+    }
+
+
+def is_complete(
+    event: dict[str, Any],
+    _context: Any,
+    client: SageMakerClient | None = None,
+    now: Callable[[], float] = time.time,
+) -> dict[str, Any]:
+    data = event.get("Data") or {}
+    if data.get("Changed") != "true":
+        return {"IsComplete": True}
+    sagemaker = client or _client()
+    cluster = parse_physical_id(event["PhysicalResourceId"])
+    if cluster is None:
+        raise RuntimeError(f"unexpected physical id {event['PhysicalResourceId']!r}")
+    target = decode(data["Setting"])
+    try:
+        described = describe(sagemaker, cluster[0])
+    except ClusterNotFoundError:
+        if event["RequestType"] == "Delete":
+            return {"IsComplete": True}
+        raise
+    status = described["ClusterStatus"]
+    if status in FAILED:
+        message = described.get("FailureMessage") or "no failure message"
+        raise RuntimeError(f"HyperPod cluster {cluster[0]} is {status} after the Tiered Storage update: {message}")
+    settled = now() - int(data.get("RequestedAt", "0")) >= SETTLE_S
+    if status != "InService" or not settled:
+        _log("waiting", cluster=cluster[0], status=status)
+        return {"IsComplete": False}
+    current = current_setting(described)
+    if not matches(current, target):
+        raise RuntimeError(
+            f"HyperPod cluster {cluster[0]} is InService with Tiered Storage {encode(current)}, not {encode(target)}: "
+            "the update did not take effect"
+        )
+    return {"IsComplete": True}
+
+
+# ---- the setting ---------------------------------------------------------------------------------------------------
+
+
+def desired(props: dict[str, Any]) -> Setting:
+    """The setting asked for. CloudFormation passes custom-resource properties as strings."""
+    mode = props.get("Mode", "Enable")
+    if mode not in ("Enable", "Disable"):
+        raise RuntimeError(f"Mode must be Enable or Disable, not {mode!r}")
+    setting: Setting = {"Mode": mode}
+    percent = props.get(PERCENT)
+    if mode == "Enable" and percent not in (None, ""):
+        setting[PERCENT] = int(percent)
+    return setting
+
+
+def current_setting(described: DescribeClusterResponseTypeDef) -> Setting:
+    """The cluster's setting; a cluster that never had one reads as Disable."""
+    config = described.get("TieredStorageConfig")
+    if not config:
+        return {"Mode": "Disable"}
+    setting: Setting = {"Mode": config["Mode"]}
+    if config["Mode"] == "Enable" and PERCENT in config:
+        setting[PERCENT] = config[PERCENT]
+    return setting
+
+
+def matches(current: Setting, wanted: Setting) -> bool:
+    """Same mode and, when enabled and a percentage is asked for, the same percentage."""
+    if current["Mode"] != wanted["Mode"]:
+        return False
+    return wanted["Mode"] == "Disable" or PERCENT not in wanted or current.get(PERCENT) == wanted[PERCENT]
+
+
+def encode(setting: Setting) -> str:
+    """`Disable`, `Enable` or `Enable-<percent>`: short enough for a physical id."""
+    if setting["Mode"] == "Enable" and PERCENT in setting:
+        return f"Enable-{setting[PERCENT]}"
+    return str(setting["Mode"])
+
+
+def decode(text: str) -> Setting:
+    mode, _, percent = text.partition("-")
+    if mode not in ("Enable", "Disable") or (percent and not percent.isdigit()):
+        raise RuntimeError(f"cannot read the recorded Tiered Storage setting {text!r}")
+    setting: Setting = {"Mode": mode}
+    if percent:
+        setting[PERCENT] = int(percent)
+    return setting
+
+
+def make_physical_id(cluster: str, state: str) -> str:
+    return f"{PREFIX}/{cluster}/{state}"
+
+
+def parse_physical_id(physical_id: str) -> tuple[str, str] | None:
+    """(cluster, state) of an id this handler made; None for anything else (e.g. the framework's failed-create id)."""
+    if not physical_id.startswith(PREFIX + "/"):
+        return None
+    cluster, _, state = physical_id[len(PREFIX) + 1 :].rpartition("/")
+    return (cluster, state) if cluster and state else None
+
+
+# ---- the API -------------------------------------------------------------------------------------------------------
+
+
+class ClusterNotFoundError(RuntimeError):
+    pass
+
+
+def describe(sagemaker: SageMakerClient, cluster: str) -> DescribeClusterResponseTypeDef:
+    try:
+        return sagemaker.describe_cluster(ClusterName=cluster)
+    except ClientError as err:
+        if _code(err) in ("ResourceNotFound", "ResourceNotFoundException"):
+            raise ClusterNotFoundError(f"DescribeCluster {cluster}: {_aws_message(err)}") from err
+        raise RuntimeError(f"DescribeCluster {cluster}: {_aws_message(err)}") from err
+
+
+def update(
+    sagemaker: SageMakerClient, cluster: str, setting: Setting, described: DescribeClusterResponseTypeDef
+) -> None:
+    """UpdateCluster with the new setting and the current NodeRecovery passed back unchanged."""
+    node_recovery = described.get("NodeRecovery")
+    if node_recovery is None:
+        raise RuntimeError(
+            f"HyperPod cluster {cluster} reports no NodeRecovery, which UpdateCluster needs next to TieredStorageConfig; "
+            "set it once (aws sagemaker update-cluster --cluster-name <name> --node-recovery Automatic|None) and deploy again"
+        )
+    config: ClusterTieredStorageConfigTypeDef = {"Mode": setting["Mode"]}
+    if PERCENT in setting:
+        config["InstanceMemoryAllocationPercentage"] = setting[PERCENT]
+    _log("UpdateCluster", cluster=cluster, setting=setting, node_recovery=node_recovery)
+    try:
+        sagemaker.update_cluster(ClusterName=cluster, TieredStorageConfig=config, NodeRecovery=node_recovery)
+    except ClientError as err:
+        raise RuntimeError(f"UpdateCluster {cluster} (Tiered Storage {encode(setting)}): {_aws_message(err)}") from err
+
+
+def _require_tiered_storage_support(sagemaker: SageMakerClient) -> None:
+    """An older botocore in the Lambda runtime would reject the field, or silently drop it from DescribeCluster."""
+    shape = sagemaker.meta.service_model.operation_model("UpdateCluster").input_shape
+    if shape is None or "TieredStorageConfig" not in shape.members:
+        raise RuntimeError(
+            f"botocore {botocore.__version__} in this Lambda runtime does not know UpdateCluster TieredStorageConfig; "
+            "use a newer Python runtime"
+        )
+
+
+def _client() -> SageMakerClient:
+    return boto3.client("sagemaker")
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _aws_message(err: ClientError) -> str:
+    error = err.response.get("Error", {})
+    return f"{error.get('Code', 'Error')}: {error.get('Message', str(err))}"
+
+
+def _log(message: str, **fields: Any) -> None:
+    print(json.dumps({"message": message, **fields}, default=str))

@@ -1,0 +1,364 @@
+"""`kvtier status`: the HyperPod cluster, its instance groups, Tiered Storage, node recovery and the EKS add-ons kvtier
+expects, each with a verdict. Read-only: sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon.
+
+The checks are pure functions over the API responses (`hyperpod_checks`, `eks_check`, `addon_check`); `collect`
+reads and maps failures to reach AWS onto UnavailableError (exit 3, "cannot check at all").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    PartialCredentialsError,
+    ProfileNotFound,
+)
+
+from kvtier.config.environment import Environment
+from kvtier.config.hyperpod import Role
+from kvtier.errors import ExitCode, UnavailableError
+from kvtier.versions import KUBERNETES_VERSION
+
+if TYPE_CHECKING:
+    from mypy_boto3_eks import EKSClient
+    from mypy_boto3_sagemaker import SageMakerClient
+
+Verdict = Literal["ok", "degraded", "unknown"]
+# Codes AWS returns when the credentials themselves are refused: nothing can be checked.
+_CREDENTIAL_CODES = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidClientTokenId",
+        "ExpiredToken",
+        "ExpiredTokenException",
+        "InvalidSignatureException",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "AccessDeniedException",
+    }
+)
+_NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
+
+
+@dataclass(frozen=True)
+class Check:
+    area: str  # cluster | instance group | tiered storage | node recovery | eks | add-on
+    name: str
+    value: str
+    verdict: Verdict
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class ExpectedAddon:
+    """An EKS add-on kvtier's deployment relies on, from the registry in kvtier.constructs.addons."""
+
+    name: str
+    version: str  # kvtier's pin
+    installed_by_kvtier: bool
+    # Configuration values kvtier relies on (e.g. vpc-cni's network policy switch, without which the LOBs'
+    # NetworkPolicies are silently not enforced).
+    configuration: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    environment: str
+    hyperpod_cluster: str
+    eks_cluster: str
+    checks: tuple[Check, ...]
+
+    @property
+    def healthy(self) -> bool:
+        return all(c.verdict == "ok" for c in self.checks)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.healthy else ExitCode.PROBLEMS
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "environment": self.environment,
+            "hyperpod_cluster": self.hyperpod_cluster,
+            "eks_cluster": self.eks_cluster,
+            "healthy": self.healthy,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+def hyperpod_target(env: Environment) -> str:
+    """What DescribeCluster is called with: the configured ARN of an existing cluster, else kvtier's cluster name."""
+    existing = env.hyperpod.existing
+    return existing.hyperpod_cluster_arn if existing is not None else env.hyperpod_cluster_name
+
+
+def expected_addons(env: Environment) -> list[ExpectedAddon]:
+    """Every add-on of kvtier's registry, whoever installs it (on an existing cluster the owner may)."""
+    from kvtier.addons import ADDONS
+
+    return [
+        ExpectedAddon(spec.name, spec.version, _kvtier_installs(env, spec.name, spec.phase), dict(spec.configuration))
+        for spec in ADDONS
+    ]
+
+
+def _kvtier_installs(env: Environment, name: str, phase: str) -> bool:
+    if phase == "platform":  # the platform stack's add-on: the Inference Operator
+        return env.hyperpod.installs("inference_operator")
+    return env.hyperpod.installs_addon(name, phase)
+
+
+# ---- pure checks ---------------------------------------------------------------------------------------------------
+
+
+def hyperpod_checks(env: Environment, described: Mapping[str, Any]) -> list[Check]:
+    """Cluster status and identity, instance groups (current vs target), Tiered Storage, node recovery."""
+    return [
+        *_cluster_checks(env, described),
+        *_group_checks(env, described.get("InstanceGroups", [])),
+        _tiered_storage_check(env, described.get("TieredStorageConfig")),
+        _node_recovery_check(env, described.get("NodeRecovery")),
+    ]
+
+
+def _cluster_checks(env: Environment, described: Mapping[str, Any]) -> list[Check]:
+    name = str(described.get("ClusterName", env.hyperpod_cluster_name))
+    status = str(described.get("ClusterStatus", "unknown"))
+    detail = "" if status == "InService" else str(described.get("FailureMessage") or _STATUS_HINTS.get(status, ""))
+    checks = [Check("cluster", name, status, "ok" if status == "InService" else "degraded", detail)]
+    if env.hyperpod.existing is not None and name != env.hyperpod.cluster_name:
+        checks.append(
+            Check(
+                "cluster",
+                "name",
+                name,
+                "degraded",
+                f"config says cluster_name {env.hyperpod.cluster_name} but the ARN names {name}",
+            )
+        )
+    eks_arn = str(described.get("Orchestrator", {}).get("Eks", {}).get("ClusterArn", ""))
+    eks_name = env.hyperpod.eks_cluster_name(env.name)
+    if eks_arn and not eks_arn.endswith(f":cluster/{eks_name}"):
+        checks.append(
+            Check(
+                "cluster",
+                "orchestrator",
+                eks_arn,
+                "degraded",
+                f"the HyperPod cluster is not orchestrated by {eks_name}",
+            )
+        )
+    return checks
+
+
+_STATUS_HINTS = {
+    "Creating": "being created; run again later",
+    "Updating": "an update is in progress; run again later",
+    "SystemUpdating": "HyperPod is updating its software; run again later",
+}
+
+
+def _group_checks(env: Environment, groups: Sequence[Mapping[str, Any]]) -> list[Check]:
+    roles: tuple[Role, ...] = ("system", "gpu")
+    planned = {g.name: g for role in roles for g in env.groups(role)}
+    live = {str(g.get("InstanceGroupName")): g for g in groups}
+    checks: list[Check] = []
+    for name, group in sorted(live.items()):
+        current = int(group.get("CurrentCount", 0))
+        target = int(group.get("TargetCount", current))
+        status = str(group.get("Status", "unknown"))
+        value = f"{current}/{target} nodes, {group.get('InstanceType', '?')}, {status}"
+        if name not in planned:
+            checks.append(Check("instance group", name, value, "ok", "not used by kvtier"))
+            continue
+        wanted = planned[name].count
+        problems = []
+        if status != "InService":
+            problems.append(f"group is {status}")
+        if current < target:
+            problems.append(f"{target - current} of {target} nodes missing")
+        if current < wanted:
+            problems.append(f"kvtier plans with {wanted} nodes ({planned[name].role})")
+        checks.append(Check("instance group", name, value, "degraded" if problems else "ok", "; ".join(problems)))
+    for name in sorted(set(planned) - set(live)):
+        checks.append(
+            Check(
+                "instance group",
+                name,
+                "absent",
+                "degraded",
+                f"configured ({planned[name].role}) but not in the cluster",
+            )
+        )
+    return checks
+
+
+def _tiered_storage_check(env: Environment, config: Mapping[str, Any] | None) -> Check:
+    mode = str((config or {}).get("Mode", "Disable"))
+    percent = (config or {}).get("InstanceMemoryAllocationPercentage")
+    value = f"{mode}, {percent}% of memory" if mode == "Enable" and percent is not None else mode
+    wanted = env.hyperpod.tiered_storage
+    if not wanted.enabled:
+        return Check("tiered storage", "TieredStorageConfig", value, "ok", "not asked for by kvtier")
+    if mode != "Enable":
+        return Check(
+            "tiered storage",
+            "TieredStorageConfig",
+            value,
+            "degraded",
+            "kvtier asks for Enable: deploy the cluster stack",
+        )
+    if percent != wanted.memory_percent:
+        return Check(
+            "tiered storage",
+            "TieredStorageConfig",
+            value,
+            "degraded",
+            f"kvtier asks for {wanted.memory_percent}%: deploy the cluster stack",
+        )
+    return Check("tiered storage", "TieredStorageConfig", value, "ok")
+
+
+def _node_recovery_check(env: Environment, value: str | None) -> Check:
+    shown = value or "not reported"
+    if env.hyperpod.existing is not None:
+        return Check(
+            "node recovery", "NodeRecovery", shown, "ok", "the owner's setting (kvtier passes it back unchanged)"
+        )
+    if value != env.hyperpod.node_recovery:
+        return Check(
+            "node recovery", "NodeRecovery", shown, "degraded", f"config asks for {env.hyperpod.node_recovery}"
+        )
+    return Check("node recovery", "NodeRecovery", shown, "ok")
+
+
+def eks_check(name: str, cluster: Mapping[str, Any]) -> Check:
+    status = str(cluster.get("status", "unknown"))
+    version = str(cluster.get("version", "?"))
+    problems = []
+    if status != "ACTIVE":
+        problems.append(f"cluster is {status}")
+    if version != KUBERNETES_VERSION:
+        problems.append(f"kvtier supports Kubernetes {KUBERNETES_VERSION} only")
+    return Check("eks", name, f"{status}, Kubernetes {version}", "degraded" if problems else "ok", "; ".join(problems))
+
+
+def addon_check(expected: ExpectedAddon, addon: Mapping[str, Any] | None, error: str = "") -> Check:
+    """One add-on: `addon` is DescribeAddon's `addon`, None when EKS has no such add-on, or `error` when unreadable."""
+    owner = "kvtier installs it" if expected.installed_by_kvtier else "kvtier expects it (install switch off)"
+    if error:
+        return Check("add-on", expected.name, "unreadable", "unknown", error)
+    if addon is None:
+        fix = (
+            "deploy kvtier"
+            if expected.installed_by_kvtier
+            else "install it, or switch it on in hyperpod.existing.install"
+        )
+        return Check("add-on", expected.name, "not installed", "degraded", f"{owner}; {fix}")
+    status = str(addon.get("status", "unknown"))
+    version = str(addon.get("addonVersion", "?"))
+    value = f"{version}, {status}"
+    issues = [f"{i.get('code', '?')}: {i.get('message', '')}" for i in addon.get("health", {}).get("issues", [])]
+    if status != "ACTIVE":
+        return Check("add-on", expected.name, value, "degraded", "; ".join(issues) or f"add-on is {status}")
+    if issues:
+        return Check("add-on", expected.name, value, "degraded", "; ".join(issues))
+    drift = _configuration_drift(expected.configuration, addon.get("configurationValues"))
+    if drift:
+        return Check("add-on", expected.name, value, "degraded", drift)
+    if version != expected.version:
+        if expected.installed_by_kvtier:
+            return Check("add-on", expected.name, value, "degraded", f"kvtier pins {expected.version}: deploy kvtier")
+        return Check("add-on", expected.name, value, "ok", f"the owner's version; kvtier pins {expected.version}")
+    return Check("add-on", expected.name, value, "ok")
+
+
+def _configuration_drift(wanted: Mapping[str, Any], live: str | None) -> str:
+    """What differs between the configuration kvtier relies on and the add-on's (JSON or YAML) values."""
+    if not wanted:
+        return ""
+    try:
+        values = yaml.safe_load(live) if live else {}  # YAML is a superset of the JSON EKS echoes back
+    except yaml.YAMLError:
+        return "its configuration values cannot be read"
+    values = values if isinstance(values, Mapping) else {}
+    differ = [f"{k} is {values.get(k)!r}, kvtier needs {v!r}" for k, v in wanted.items() if values.get(k) != v]
+    return "; ".join(differ)
+
+
+# ---- reading -------------------------------------------------------------------------------------------------------
+
+
+def clients(env: Environment, profile: str | None = None) -> tuple[SageMakerClient, EKSClient]:
+    import boto3
+
+    try:
+        session = boto3.session.Session(profile_name=profile, region_name=env.region)
+        return session.client("sagemaker"), session.client("eks")
+    except (ProfileNotFound, NoRegionError) as err:
+        raise UnavailableError(f"cannot check: {err}") from err
+
+
+def collect(
+    env: Environment, sagemaker: SageMakerClient, eks: EKSClient, addons: Sequence[ExpectedAddon] | None = None
+) -> StatusReport:
+    """Read the cluster and its add-ons (default: `expected_addons`, loaded only once AWS answered). Raises
+    UnavailableError when nothing can be checked."""
+    target = hyperpod_target(env)
+    eks_name = env.hyperpod.eks_cluster_name(env.name)
+    described = _read(lambda: sagemaker.describe_cluster(ClusterName=target), f"HyperPod cluster {target}", env)
+    checks = hyperpod_checks(env, described)
+    eks_cluster = _read(lambda: eks.describe_cluster(name=eks_name), f"EKS cluster {eks_name}", env)["cluster"]
+    checks.append(eks_check(eks_name, eks_cluster))
+    for expected in expected_addons(env) if addons is None else addons:
+        checks.append(_addon(eks, eks_name, expected))
+    return StatusReport(env.name, target, eks_name, tuple(checks))
+
+
+def _addon(eks: EKSClient, cluster: str, expected: ExpectedAddon) -> Check:
+    try:
+        response = eks.describe_addon(clusterName=cluster, addonName=expected.name)
+    except ClientError as err:
+        if _code(err) in _NOT_FOUND:
+            return addon_check(expected, None)
+        return addon_check(expected, None, _message(err))
+    except BotoCoreError as err:
+        return addon_check(expected, None, str(err))
+    return addon_check(expected, dict(response["addon"]))
+
+
+def _read(call: Callable[[], Mapping[str, Any]], what: str, env: Environment) -> dict[str, Any]:
+    try:
+        return dict(call())
+    except (NoCredentialsError, PartialCredentialsError) as err:
+        raise UnavailableError(
+            f"cannot check: no AWS credentials ({err}); configure them (aws configure, AWS_PROFILE or --profile)"
+        ) from err
+    except EndpointConnectionError as err:
+        raise UnavailableError(f"cannot check: cannot reach AWS in {env.region} ({err})") from err
+    except ClientError as err:
+        code = _code(err)
+        if code in _NOT_FOUND:
+            raise UnavailableError(f"cannot check: there is no {what} in {env.region} ({_message(err)})") from err
+        if code in _CREDENTIAL_CODES:
+            raise UnavailableError(f"cannot check: AWS refused the request for {what} ({_message(err)})") from err
+        raise UnavailableError(f"cannot check {what}: {_message(err)}") from err
+    except BotoCoreError as err:
+        raise UnavailableError(f"cannot check {what}: {err}") from err
+
+
+def _code(err: ClientError) -> str:
+    return str(err.response.get("Error", {}).get("Code", ""))
+
+
+def _message(err: ClientError) -> str:
+    error = err.response.get("Error", {})
+    return f"{error.get('Code', 'Error')}: {error.get('Message', str(err))}"

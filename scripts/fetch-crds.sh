@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Fetch the pinned upstream CRDs the tests validate against into .crds/ (same layout as ../shared/reference/crds/).
+# Needs network; never run by the tests. Pins: kvtier/versions.py (HYPERPOD_CLI_CRD_COMMIT, KYVERNO_APP_VERSION).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+HPCLI_COMMIT="011ca927123e02b35a399935bbb3ab1905fe33c7"   # aws/sagemaker-hyperpod-cli, HYPERPOD_CLI_CRD_COMMIT
+KYVERNO_TAG="v1.19.0"                                      # kyverno/kyverno, KYVERNO_APP_VERSION (chart 3.9.0)
+OUT=".crds"
+
+HPCLI="https://raw.githubusercontent.com/aws/sagemaker-hyperpod-cli/${HPCLI_COMMIT}/helm_chart/HyperPodHelmChart/charts/inference-operator/config/crd"
+KYVERNO="https://raw.githubusercontent.com/kyverno/kyverno/${KYVERNO_TAG}/config/crds/kyverno"
+
+# The pins above must be the ones the code uses.
+grep -q "HYPERPOD_CLI_CRD_COMMIT = \"${HPCLI_COMMIT}\"" kvtier/versions.py
+grep -q "KYVERNO_APP_VERSION = \"${KYVERNO_TAG}\"" kvtier/versions.py
+
+fetch() {  # url target
+  local tmp
+  tmp="$(mktemp)"
+  curl --fail --silent --show-error --location --retry 3 --output "$tmp" "$1"
+  mv "$tmp" "$2"
+  echo "fetched $2"
+}
+
+mkdir -p "$OUT/kyverno"
+for crd in inferenceendpointconfigs jumpstartmodels sagemakerendpointregistrations; do
+  fetch "$HPCLI/inference.sagemaker.aws.amazon.com_${crd}.yaml" "$OUT/inference.sagemaker.aws.amazon.com_${crd}.yaml"
+done
+for crd in policies clusterpolicies; do
+  fetch "$KYVERNO/kyverno.io_${crd}.yaml" "$OUT/kyverno/kyverno.io_${crd}.yaml"
+done

@@ -1,0 +1,193 @@
+"""Standalone mode: vLLM + LMCache Deployment, Service, ConfigMap, S3 weights, and the production-stack router,
+all valid Kubernetes 1.34 objects wired to each other."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from kvtier.config.endpoint import CacheConfig, Endpoint, S3Model
+from kvtier.config.loader import Config, load_config
+from kvtier.k8s.base import KvtierChart, chart_app
+from kvtier.k8s.endpoint_names import endpoint_url, router_service_name
+from kvtier.k8s.isolation import MODEL_READER_SA
+from kvtier.k8s.router import SESSION_HEADER, add_router, router_objects
+from kvtier.k8s.standalone import add_standalone_engine, engine_deployment, lmcache_config_map
+from kvtier.versions import ROUTER_IMAGE, STANDALONE_VLLM_IMAGE
+from tests.validation import validate_k8s
+
+ROUTINGS = ["prefixaware", "kvaware", "session", "roundrobin"]
+
+
+@pytest.fixture(scope="module")
+def prod() -> Config:
+    from tests.support import CONFIG_DIR
+
+    return load_config(CONFIG_DIR, "prod")
+
+
+def _support(config: Config, **update: Any) -> Endpoint:
+    return config.lob("support").endpoints[0].model_copy(update=update)
+
+
+def _chart(config: Config, endpoint: Endpoint) -> list[dict[str, Any]]:
+    chart = KvtierChart(chart_app(), f"endpoint-{endpoint.name}", namespace="kvtier-support")
+    add_standalone_engine(chart, config.env, "support", endpoint)
+    add_router(chart, config.env, "support", endpoint)
+    return chart.manifests()
+
+
+def _kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+    assert len(found) == 1, (kind, name, [o["metadata"]["name"] for o in found])
+    return found[0]
+
+
+S3 = S3Model(source="s3", id="meta-llama/Llama-3.1-8B-Instruct", bucket="models-bucket", prefix="llama/8b")
+VARIANTS: list[dict[str, Any]] = [
+    *({"routing": r} for r in ROUTINGS),
+    {"cache": CacheConfig(l1_gb=0, l2="curvine")},
+    {"cache": CacheConfig(l1_gb=0, l2="none")},
+    {"cache": CacheConfig(l1_gb=8, l2="none"), "tensor_parallel": 4, "instance_type": "ml.g6e.12xlarge"},
+    {"model": S3},
+]
+
+
+@pytest.mark.parametrize("update", VARIANTS, ids=lambda u: "-".join(f"{k}={v}" for k, v in u.items())[:60])
+def test_every_object_validates_against_kubernetes(prod: Config, update: dict[str, Any]) -> None:
+    objects = _chart(prod, _support(prod, **update))
+    for obj in objects:
+        validate_k8s(obj)
+    assert {o["metadata"].get("namespace", "kvtier-support") for o in objects} == {"kvtier-support"}
+
+
+def test_engine_deployment(prod: Config) -> None:
+    endpoint = _support(prod)
+    deployment = engine_deployment(prod.env, "support", endpoint)
+    spec = deployment["spec"]
+    # Replicas may hold every GPU of the group: never surge, replace one pod at a time.
+    assert spec["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    pod = spec["template"]["spec"]
+    assert pod["nodeSelector"] == {"kvtier.io/role": "gpu"}
+    (container,) = pod["containers"]
+    assert container["image"] == STANDALONE_VLLM_IMAGE
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    args = container["args"]
+    assert json.loads(args[args.index("--kv-transfer-config") + 1]) == {
+        "kv_connector": "LMCacheConnectorV1",
+        "kv_role": "kv_both",
+    }
+    env = {e["name"]: e for e in container["env"]}
+    assert env["LMCACHE_CONFIG_FILE"]["value"] == "/etc/lmcache/lmcache.yaml"
+    assert env["PYTHONHASHSEED"]["value"] == "0" and env["PROMETHEUS_MULTIPROC_DIR"]["value"]
+    assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mounts["/mnt/kvtier/l2"]]["persistentVolumeClaim"] == {"claimName": "l2-cache"}
+    assert (
+        volumes[mounts["/etc/lmcache"]]["configMap"]["name"]
+        == lmcache_config_map("support", endpoint)["metadata"]["name"]
+    )
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "http"}
+    assert {"name": "http", "containerPort": 8000} in container["ports"]
+
+
+def test_config_map_holds_the_endpoint_directory(prod: Config) -> None:
+    data = yaml.safe_load(lmcache_config_map("support", _support(prod))["data"]["lmcache.yaml"])
+    assert data["remote_url"] == "fs://localhost:0/mnt/kvtier/l2/llama31-8b/"
+    assert data["max_local_cpu_size"] == 24.0 and data["remote_serde"] == "naive"
+
+
+def test_no_lmcache_means_no_connector(prod: Config) -> None:
+    objects = _chart(prod, _support(prod, cache=CacheConfig(l1_gb=0, l2="none")))
+    container = _kind(objects, "Deployment", "llama31-8b")["spec"]["template"]["spec"]["containers"][0]
+    assert "--kv-transfer-config" not in container["args"]
+    assert not any(o["kind"] == "ConfigMap" for o in objects)
+    assert not any(e["name"].startswith("LMCACHE_") for e in container["env"])
+
+
+def test_s3_weights_stream_with_the_lobs_pod_identity(prod: Config) -> None:
+    objects = _chart(prod, _support(prod, model=S3))
+    pod = _kind(objects, "Deployment", "llama31-8b")["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == MODEL_READER_SA  # the LOB's Pod Identity role reads its own prefixes
+    container = pod["containers"][0]
+    args = container["args"]
+    assert args[args.index("--model") + 1] == "s3://models-bucket/llama/8b"
+    assert args[args.index("--load-format") + 1] == "runai_streamer"
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["AWS_REGION"] == prod.env.region and "HF_TOKEN" not in env
+    assert not any(o["kind"] in ("PersistentVolume", "PersistentVolumeClaim") for o in objects)
+
+
+def test_hugging_face_revision_is_pinned(prod: Config) -> None:
+    model = _support(prod).model.model_copy(update={"revision": "b" * 40})
+    args = engine_deployment(prod.env, "support", _support(prod, model=model))["spec"]["template"]["spec"][
+        "containers"
+    ][0]["args"]
+    assert args[args.index("--revision") + 1] == "b" * 40
+    assert (
+        "serviceAccountName" not in engine_deployment(prod.env, "support", _support(prod))["spec"]["template"]["spec"]
+    )
+
+
+@pytest.mark.parametrize("routing", ROUTINGS)
+def test_router(prod: Config, routing: str) -> None:
+    endpoint = _support(prod, routing=routing)
+    objects = router_objects(prod.env, "support", endpoint)
+    deployment = _kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"kvtier.io/role": "system"}
+    (container,) = pod["containers"]
+    assert container["image"] == ROUTER_IMAGE
+    args = container["args"]
+    value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
+    assert value["--routing-logic"] == routing
+    assert value["--service-discovery"] == "k8s" and value["--k8s-namespace"] == "kvtier-support"
+    # The router's selector picks exactly the engine pods.
+    engine = engine_deployment(prod.env, "support", endpoint)["spec"]["template"]["metadata"]["labels"]
+    wanted = dict(pair.split("=") for pair in value["--k8s-label-selector"].split(","))
+    assert wanted.items() <= engine.items()
+    assert value["--k8s-port"] == "8000"
+    if routing in ("session", "kvaware"):
+        assert value["--session-key"] == SESSION_HEADER
+    role = _kind(objects, "Role")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list", "patch"]}]
+    binding = _kind(objects, "RoleBinding")
+    assert (
+        binding["subjects"][0]["name"]
+        == pod["serviceAccountName"]
+        == _kind(objects, "ServiceAccount")["metadata"]["name"]
+    )
+    service = _kind(objects, "Service")
+    assert service["metadata"]["name"] == router_service_name(endpoint.name)
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_kvaware_wires_engines_to_the_routers_controller(prod: Config) -> None:
+    endpoint = _support(prod, routing="kvaware", tensor_parallel=4, instance_type="ml.g6e.12xlarge")
+    objects = _chart(prod, endpoint)
+    config = yaml.safe_load(_kind(objects, "ConfigMap")["data"]["lmcache.yaml"])
+    service = _kind(objects, "Service", router_service_name(endpoint.name))
+    host = f"{service['metadata']['name']}.kvtier-support.svc.cluster.local"
+    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
+    assert config["enable_controller"] is True
+    assert config["controller_pull_url"] == f"{host}:{ports['lmc-pull']}"
+    assert config["controller_reply_url"] == f"{host}:{ports['lmc-reply']}"
+    assert config["lmcache_worker_ports"] == [8001, 8002, 8003, 8004]  # one per tensor-parallel rank
+    router_args = _kind(objects, "Deployment", "llama31-8b-router")["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert router_args[router_args.index("--lmcache-controller-port") + 1] == str(ports["lmc-pull"])
+    assert router_args[router_args.index("--lmcache-controller-reply-port") + 1] == str(ports["lmc-reply"])
+    engine = _kind(objects, "Deployment", "llama31-8b")["spec"]["template"]["spec"]["containers"][0]
+    instance = next(e for e in engine["env"] if e["name"] == "LMCACHE_LMCACHE_INSTANCE_ID")
+    assert instance["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+
+
+def test_endpoint_url_is_the_router_service() -> None:
+    assert (
+        endpoint_url("support", "llama31-8b", "standalone")
+        == "http://llama31-8b-router.kvtier-support.svc.cluster.local:80"
+    )
