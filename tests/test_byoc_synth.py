@@ -162,8 +162,11 @@ def _manifests(synth: Synth) -> dict[str, Any]:
 
 
 def _as_dev(value: Any, selectors: dict[Role, tuple[dict[str, str], dict[str, str]]]) -> Any:
-    """byoc's manifests in dev's terms: the owner's selectors become kvtier's role labels, the env name dev."""
+    """byoc's manifests in dev's terms: the owner's selectors become kvtier's role labels, the env name dev, and the
+    load balancer's source subnets (a fact of each VPC, not of the cluster kind) are set aside."""
     if isinstance(value, dict):
+        if "from" in value and isinstance(value["from"], list):  # a NetworkPolicy ingress rule
+            value = {**value, "from": [peer for peer in value["from"] if "ipBlock" not in peer]}
         for theirs, ours in selectors.values():
             if theirs.items() <= value.items():  # a node selector, maybe merged with other labels
                 rest = {k: v for k, v in value.items() if k not in theirs}

@@ -20,7 +20,8 @@ import pytest
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.config.loader import Config, load_config
 from kvtier.k8s.curvine.names import L2_MOUNT_PATH
-from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, POLICY_NAME, l2_policy
+from kvtier.k8s.endpoint_names import POLICY_NAME
+from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, l2_policy
 from kvtier.k8s.lmcache import L2_CLAIM
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.k8s.standalone import engine_deployment

@@ -115,7 +115,7 @@ def _lob_objects(synth: Synth, lob: str) -> dict[str, list[dict[str, Any]]]:
 
 def test_default_lob_has_what_the_issue_promises(dev: Synth) -> None:
     charts = _lob_objects(dev, "retail")
-    assert set(charts) == {"namespace", "l2", "admission", "endpoint-qwen3-8b"}
+    assert set(charts) == {"namespace", "isolation", "l2", "admission", "endpoint-qwen3-8b"}
     (iec,) = charts["endpoint-qwen3-8b"][:1]
     assert iec["kind"] == "InferenceEndpointConfig"
     assert crd_errors(shared_path(IEC_CRD), "v1", iec) == []

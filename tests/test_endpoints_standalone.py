@@ -188,6 +188,5 @@ def test_kvaware_wires_engines_to_the_routers_controller(prod: Config) -> None:
 
 def test_endpoint_url_is_the_router_service() -> None:
     assert (
-        endpoint_url("support", "llama31-8b", "standalone")
-        == "http://llama31-8b-router.kvtier-support.svc.cluster.local:80"
+        endpoint_url("support", "llama31-8b", "standalone") == "http://llama31-8b.kvtier-support.svc.cluster.local:80"
     )

@@ -12,7 +12,7 @@ import pytest
 
 from kvtier.config.loader import Config, load_config
 from kvtier.k8s.base import KvtierChart, chart_app
-from kvtier.k8s.isolation import add_isolation, network_policies, quota
+from kvtier.k8s.isolation import add_isolation, load_balancer_cidrs, network_policies, quota
 from tests.support import CONFIG_DIR
 from tests.validation import validate_k8s
 
@@ -34,7 +34,7 @@ def test_quota_follows_the_rule(prod_config: Config) -> None:
 def test_isolation_objects_validate(prod_config: Config) -> None:
     for lob in prod_config.lobs:
         chart = KvtierChart(chart_app(), f"isolation-{lob.name}")
-        add_isolation(chart, prod_config.env, lob, "10.20.0.0/16")
+        add_isolation(chart, prod_config.env, lob)
         kinds = []
         for obj in chart.manifests():
             validate_k8s(obj)
@@ -91,7 +91,9 @@ def _allowed(policies: list[dict[str, Any]], source: Pod, target: Pod, port: int
 
 
 def test_flows_between_and_into_lobs(prod_config: Config) -> None:
-    policies = [p for lob in prod_config.lobs for p in network_policies(lob, "10.20.0.0/16")]
+    cidrs = load_balancer_cidrs(prod_config.env)
+    assert cidrs == ("10.20.0.0/24", "10.20.1.0/24", "10.20.2.0/24")  # the public subnets
+    policies = [p for lob in prod_config.lobs for p in network_policies(lob, cidrs)]
 
     def lob_pod(lob: str, labels: dict[str, str]) -> Pod:
         return (
@@ -111,7 +113,8 @@ def test_flows_between_and_into_lobs(prod_config: Config) -> None:
         {"app": "r"},
         "10.96.9.9",
     )
-    load_balancer: Pod = ("", {}, {}, "10.20.3.4")
+    load_balancer: Pod = ("", {}, {}, "10.20.1.4")
+    other_lob_pod_ip: Pod = ("kvtier-support", {"kvtier.io/line-of-business": "support"}, {"app": "x"}, "10.20.64.9")
     prometheus = ("monitoring", {"kvtier.io/metrics-scraper": "true"}, {"app": "prometheus"}, "10.96.7.7")
 
     assert not _allowed(policies, support_engine, retail_engine, 8000)  # no traffic between LOBs
@@ -121,6 +124,9 @@ def test_flows_between_and_into_lobs(prod_config: Config) -> None:
     assert not _allowed(policies, outside, support_engine, 8000)  # but not engines directly
     assert _allowed(policies, operator, retail_engine, 8000)  # operator mode: the operator's router
     assert _allowed(policies, load_balancer, retail_engine, 8080)  # and its load balancer (pod IPs in the VPC)
-    assert not _allowed(policies, operator, support_engine, 8000)  # standalone engines are not the operator's
+    assert not _allowed(policies, operator, support_engine, 8000)
+    assert not _allowed(
+        policies, other_lob_pod_ip, retail_engine, 8000
+    )  # pod IPs are VPC IPs, but not LB subnets  # standalone engines are not the operator's
     assert _allowed(policies, prometheus, support_engine, 8000)  # metrics scrapes
     assert not _allowed(policies, prometheus, support_engine, 9000)

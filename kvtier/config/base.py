@@ -34,6 +34,19 @@ def rfc1123_label(max_len: int, what: str) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _ipv4_cidr(value: str) -> str:
+    import ipaddress
+
+    try:
+        ipaddress.IPv4Network(value, strict=True)
+    except ValueError as err:
+        raise ValueError(f"'{value}' is not an IPv4 CIDR ({err}); write it like 203.0.113.0/24") from None
+    return value
+
+
+Ipv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
+
+
 def positive(value: int | float) -> int | float:
     if value <= 0:
         raise ValueError(f"{value} is not positive; use a number greater than 0")

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, model_validator
 
-from kvtier.config.base import FieldError, Items, StrictModel
+from kvtier.config.base import FieldError, Ipv4Cidr, Items, StrictModel
 
 _PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
 
@@ -20,21 +20,11 @@ def _principal(value: str) -> str:
     return value
 
 
-def _cidr(value: str) -> str:
-    import ipaddress
-
-    try:
-        ipaddress.IPv4Network(value, strict=True)
-    except ValueError as err:
-        raise ValueError(f"'{value}' is not an IPv4 CIDR ({err}); write it like 203.0.113.0/24") from None
-    return value
-
-
 class EksConfig(StrictModel):
     # public_and_private: nodes use the private endpoint, people the public one (restrict it below);
     # private: reachable only from inside the VPC (deploy from a runner in the VPC or over a VPN).
     endpoint_access: Literal["public_and_private", "private"] = "public_and_private"
-    public_access_cidrs: Items[Annotated[str, AfterValidator(_cidr)]] = ("0.0.0.0/0",)
+    public_access_cidrs: Items[Ipv4Cidr] = ("0.0.0.0/0",)
     admins: Items[Annotated[str, AfterValidator(_principal)]] = ()
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES
-from kvtier.config.base import FieldError, Items, StrictModel
+from kvtier.config.base import FieldError, Ipv4Cidr, Items, StrictModel
 from kvtier.naming import eks_cluster_name
 
 Role = Literal["system", "gpu"]
@@ -238,6 +238,8 @@ class ExistingCluster(StrictModel):
     vpc_id: VpcId
     subnet_ids: Annotated[Items[SubnetId], Field(min_length=1, max_length=16)]  # private, with a route to the API
     security_group_id: SecurityGroupId  # for kvtier's Lambdas in the VPC: must reach the API endpoint on 443
+    # Subnets the operator's load balancer uses: operator-mode engines accept traffic from them (NetworkPolicy).
+    load_balancer_cidrs: Items[Ipv4Cidr] = ()
     nodes: ExistingNodes
     install: InstallSwitches
 

@@ -26,10 +26,13 @@ class LineOfBusiness(StrictModel):
     l2: L2Budget = L2Budget()
     # Shapes of models the catalog does not know, by model id (layers, KV heads, head dim, parameters).
     models: dict[str, ModelShape] = Field(default_factory=dict)
-    endpoints: Annotated[Items[Endpoint], Field(min_length=1)]
+    # Not `min_length`: pydantic would add a second, misleading error whenever one endpoint is invalid.
+    endpoints: Items[Endpoint]
 
     @model_validator(mode="after")
     def _checks(self) -> LineOfBusiness:
+        if not self.endpoints:
+            raise FieldError("endpoints", "the line of business has no endpoint", "list at least one endpoint")
         if self.name in RESERVED_LOB_NAMES:
             raise FieldError(
                 "name",

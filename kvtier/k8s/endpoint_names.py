@@ -1,7 +1,7 @@
 """Names, labels and in-cluster URLs of an endpoint's objects, so other charts (benchmarks, policies) can compute them.
 
 Design "Names and limits": the InferenceEndpointConfig and the standalone Deployment take the endpoint's name; the
-router takes it with a `-router` suffix (28 + 7 characters, within the 63 of a Service name).
+router Service takes it too (the endpoint's address); the router Deployment adds `-router` (28 + 7 characters, within 63).
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ ROUTER_CONTAINER_PORT = 8000
 # on 8081 (TipTopBin/curvine@98941129 docs-vllm/deploy.md; one source, /work/notes/operator-addons.md 2.4).
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_ROUTER_PORT = 8081
+ENGINE_CONTAINER = "engine"  # not `vllm`: the router probes /is_sleeping on containers of that name (dev-mode endpoint)
+POLICY_NAME = "kvtier-l2-curvine"  # each LOB's Kyverno Policy
 ENDPOINT_LABEL = "kvtier.io/endpoint"
 COMPONENT_LABEL = "kvtier.io/component"
 
@@ -33,8 +35,9 @@ def router_name(endpoint: str) -> str:
 
 
 def router_service_name(endpoint: str) -> str:
-    """The standalone router Service in the LOB namespace."""
-    return router_name(endpoint)
+    """The standalone router Service in the LOB namespace: the endpoint's address, so it takes the endpoint's name
+    (design "Names and limits"). The router Deployment is `<endpoint>-router`, beside the engine Deployment."""
+    return endpoint
 
 
 def router_labels(endpoint: str) -> dict[str, str]:

@@ -7,17 +7,21 @@ is a ceiling that keeps one LOB from starving the others on shared nodes, not a 
 Network rule: nothing reaches a LOB's pods unless allowed below. Pods of the same namespace talk freely (router to
 engines, benchmark to router, LMCache workers to the kvaware controller). Routers also accept clients from any
 namespace that is not another LOB's. Operator-mode engines accept the operator's namespace (its router and
-health checks) and the VPC (the operator's load balancer sends to pod IPs). Metrics scrapers are allowed from
-namespaces labelled `kvtier.io/metrics-scraper=true`. Egress stays open (model downloads, AWS APIs, DNS).
+health checks) and the load balancer subnets (the operator's ALB sends to pod IPs from there): the public subnets
+of a VPC kvtier creates, or `existing.load_balancer_cidrs`. Not the whole VPC: with the VPC CNI, pod IPs are VPC
+IPs, so that would let other LOBs in. Metrics scrapers are allowed from namespaces labelled
+`kvtier.io/metrics-scraper=true`. Egress stays open (model downloads, AWS APIs, DNS).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
+from kvtier.config.network import plan_subnets
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, OPERATOR_NAMESPACE
 from kvtier.k8s.namespace import LOB_LABEL
@@ -58,7 +62,16 @@ def _policy(name: str, namespace: str, pod_selector: dict[str, Any], ingress: li
     }
 
 
-def network_policies(lob: LineOfBusiness, vpc_cidr: str | None) -> list[dict[str, Any]]:
+def load_balancer_cidrs(env: Environment) -> tuple[str, ...]:
+    """Where the operator's load balancer sends from: public subnets kvtier creates, or what the owner lists."""
+    if env.hyperpod.existing is not None:
+        return env.hyperpod.existing.load_balancer_cidrs
+    subnets = plan_subnets(env.network.cidr, len(env.availability_zones), env.network.private_subnet_mask)
+    assert subnets is not None  # the environment model refuses a CIDR that cannot hold them
+    return tuple(str(s) for s in subnets[: len(env.availability_zones)])
+
+
+def network_policies(lob: LineOfBusiness, lb_cidrs: Sequence[str]) -> list[dict[str, Any]]:
     namespace = lob_namespace(lob.name)
     not_a_lob = {"namespaceSelector": {"matchExpressions": [{"key": LOB_LABEL, "operator": "DoesNotExist"}]}}
     policies = [
@@ -87,8 +100,7 @@ def network_policies(lob: LineOfBusiness, vpc_cidr: str | None) -> list[dict[str
         sources: list[dict[str, Any]] = [
             {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}}}
         ]
-        if vpc_cidr:
-            sources.append({"ipBlock": {"cidr": vpc_cidr}})
+        sources += [{"ipBlock": {"cidr": cidr}} for cidr in lb_cidrs]
         policies.append(
             _policy(
                 "allow-operator-to-engines",
@@ -101,7 +113,7 @@ def network_policies(lob: LineOfBusiness, vpc_cidr: str | None) -> list[dict[str
     return policies
 
 
-def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness, vpc_cidr: str | None) -> None:
+def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness) -> None:
     namespace = lob_namespace(lob.name)
     api_object(
         chart,
@@ -132,5 +144,5 @@ def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness, vpc
             "metadata": {"name": MODEL_READER_SA, "namespace": namespace},
         },
     )
-    for policy in network_policies(lob, vpc_cidr):
+    for policy in network_policies(lob, load_balancer_cidrs(env)):
         api_object(chart, policy["metadata"]["name"], policy)

@@ -22,10 +22,10 @@ from typing import Any
 
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine.names import L2_MOUNT_PATH
+from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.lmcache import L2_CLAIM, L2_MARKER, L2_VOLUME, env_name, l2_url, rewire_env
 from kvtier.naming import lob_namespace
 
-POLICY_NAME = "kvtier-l2-curvine"
 AUTOGEN_ANNOTATION = "pod-policies.kyverno.io/autogen-controllers"
 ENDPOINT_VAR = "{{ request.object.metadata.labels.app || '' }}"
 ELEMENT_NAME = "{{ element.name }}"

@@ -27,6 +27,7 @@ from kvtier.k8s.endpoint_names import (
     router_service_name,
     service_host,
 )
+from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.isolation import MODEL_READER_SA
 from kvtier.k8s.lmcache import (
     L2_CLAIM,
@@ -42,7 +43,6 @@ from kvtier.k8s.sizing import worker_size
 from kvtier.naming import lob_namespace
 from kvtier.placement import placement
 
-CONTAINER = "engine"  # not `vllm`: the router probes /is_sleeping on containers of that name (dev-mode endpoint)
 CONFIG_DIR = "/etc/lmcache"
 CONFIG_FILE = "lmcache.yaml"
 MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk

@@ -23,9 +23,9 @@ from kvtier.config.loader import Config
 from kvtier.errors import ExitCode
 from kvtier.k8s.curvine.names import NAMESPACE as CURVINE_NAMESPACE
 from kvtier.k8s.curvine.names import component_labels
-from kvtier.k8s.kyverno_policy import POLICY_NAME
+from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
+from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.lmcache import HASH_SEED, L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, SERDE, env_name, l2_url
-from kvtier.k8s.standalone import CONTAINER as STANDALONE_CONTAINER
 from kvtier.naming import lob_namespace
 from kvtier.placement import node_selector
 

@@ -1,8 +1,9 @@
 """`kvtier-<env>-<lob>`: one line of business, isolated in its own namespace and stack.
 
-One method per concern, each applying its own chart (one file in dist/) after the namespace: the L2 volume and its
-janitor, the Kyverno policy, then the endpoints (which need both), then their benchmark Jobs. Isolation (quotas,
-network policies, pod identity) adds methods of the same shape.
+One method per concern, each applying its own chart (one file in dist/) after the namespace: isolation (quota,
+limits, network policies, the model-reader service account), the L2 volume and its janitor, the Kyverno policy,
+then the endpoints (which need all three), then their benchmark Jobs. The Pod Identity role for S3 model weights
+is the stack's only IAM resource. Nothing here refers to another LOB.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from constructs import Construct
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
+from kvtier.constructs.model_access import ModelReaderRole, s3_models
 from kvtier.k8s.base import KvtierChart, api_object, chart_app
 from kvtier.k8s.bench_job import add_bench_job
 from kvtier.k8s.curvine.janitor import add_janitor
 from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
+from kvtier.k8s.isolation import add_isolation
 from kvtier.k8s.kyverno_policy import add_l2_policy
 from kvtier.k8s.lmcache import L2_CLAIM
 from kvtier.k8s.namespace import add_namespace
@@ -45,6 +48,12 @@ class LobStack(KvtierStack):
         self.namespace = lob_namespace(lob.name)
         self._app = chart_app()
         self.namespace_manifest = self._namespace()
+        self.isolation = self._isolation()
+        self.model_access = (
+            ModelReaderRole(self, "ModelAccess", lob=lob, cluster_name=config.env.eks_cluster_name)
+            if s3_models(lob)
+            else None
+        )
         self.l2 = self._l2()
         self.admission = self._admission()
         self.endpoints = {endpoint.name: self._endpoint(endpoint) for endpoint in lob.endpoints}
@@ -63,6 +72,12 @@ class LobStack(KvtierStack):
         chart = self._chart("namespace")
         add_namespace(chart, self.lob.name)
         return self._apply("Namespace", chart)
+
+    def _isolation(self) -> eks.KubernetesManifest:
+        """Quota, default limits, network policies and the model-reader service account (kvtier/k8s/isolation.py)."""
+        chart = self._chart("isolation")
+        add_isolation(chart, self.config_env, self.lob)
+        return self._apply("Isolation", chart, self.namespace_manifest)
 
     def _l2(self) -> eks.KubernetesManifest:
         """The LOB's directory of the Curvine pool as the PVC `l2-cache`, and the janitor that keeps it in budget."""
@@ -114,7 +129,9 @@ class LobStack(KvtierStack):
             add_standalone_engine(chart, self.config_env, self.lob.name, endpoint)
             add_router(chart, self.config_env, self.lob.name, endpoint)
         # The policy must be active before the first pod, and pods need their L2 claim.
-        return self._apply(f"Endpoint-{endpoint.name}", chart, self.namespace_manifest, self.l2, self.admission)
+        return self._apply(
+            f"Endpoint-{endpoint.name}", chart, self.namespace_manifest, self.isolation, self.l2, self.admission
+        )
 
     def _benchmark(self, endpoint: Endpoint) -> eks.KubernetesManifest:
         """The endpoint's benchmark Job (`bench.enabled`), created after the endpoint; it waits for it to serve."""
