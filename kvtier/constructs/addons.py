@@ -13,7 +13,7 @@ from constructs import Construct
 from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
 from kvtier.constructs.nag import acknowledge, managed_policy
-from kvtier.stacks.manifests import HelmRelease, StackOutputs
+from kvtier.stacks.manifests import StackOutputs, addon_release
 
 # Permissions beyond managed policies, per add-on; each builder gets the construct and a context.
 StatementBuilder = Callable[[Construct, Mapping[str, str]], list[iam.PolicyStatement]]
@@ -100,17 +100,7 @@ class ClusterAddons(Construct):
                     acknowledge(role, finding, reason)
                 self.roles[spec.name] = role
                 role_arn = role.role_arn
-            outputs.releases.append(
-                HelmRelease(
-                    "eks-addon",
-                    spec.name,
-                    spec.name,
-                    spec.version,
-                    spec.namespace,
-                    dict(spec.configuration),
-                    spec.source,
-                )
-            )
+            outputs.releases.append(addon_release(spec))
             self.addons[spec.name] = eks.CfnAddon(
                 self,
                 _pascal(spec.name),

@@ -19,7 +19,7 @@ from constructs import Construct
 from kvtier.addons import addon
 from kvtier.config.environment import Environment
 from kvtier.constructs.nag import acknowledge, managed_policy
-from kvtier.stacks.manifests import HelmRelease, StackOutputs
+from kvtier.stacks.manifests import StackOutputs, addon_release
 
 ADDON = "amazon-sagemaker-hyperpod-inference"
 NAMESPACE = "hyperpod-inference-system"
@@ -322,12 +322,8 @@ class InferenceOperator(Construct):
             configuration_values=stack.to_json_string(self.configuration),
         )
         outputs.releases.append(
-            HelmRelease(
-                "eks-addon",
-                spec.name,
-                spec.name,
-                spec.version,
-                spec.namespace,
+            addon_release(
+                spec,
                 {
                     "executionRoleArn": f"<role {names['execution']}>",
                     "tlsCertificateS3Bucket": "<TLS bucket of this stack>",
@@ -339,7 +335,6 @@ class InferenceOperator(Construct):
                         "auth": {"aws": {"irsa": {"enabled": True, "roleArn": f"<role {names['keda']}>"}}},
                     },
                 },
-                spec.source,
             )
         )
 

@@ -8,6 +8,7 @@ from typing import Any
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
+from kvtier.addons import AddonSpec
 from kvtier.k8s.base import KvtierChart
 
 
@@ -22,6 +23,13 @@ class HelmRelease:
     namespace: str
     values: dict[str, Any] = field(default_factory=dict)
     source: str = ""
+
+
+def addon_release(spec: AddonSpec, values: dict[str, Any] | None = None) -> HelmRelease:
+    """The dist/ entry of an EKS add-on (values: its configuration, as a reader should see it)."""
+    return HelmRelease(
+        "eks-addon", spec.name, spec.name, spec.version, spec.namespace, dict(values or spec.configuration), spec.source
+    )
 
 
 @dataclass
