@@ -16,7 +16,9 @@ from kvtier.stacks import EnvironmentStacks, build_environment
 
 def new_app(outdir: str, *, nag: bool = False) -> cdk.App:
     """The CDK app; with `nag` (or `-c nag=true`) cdk-nag's AwsSolutions pack validates the synth."""
-    app = cdk.App(outdir=outdir)
+    # Strong cross-stack references (CloudFormation exports), explicitly: the design's stack dependencies are
+    # one-way (network -> cluster -> platform -> LOBs), which is what strong references protect.
+    app = cdk.App(outdir=outdir, context={"@aws-cdk/core:defaultCrossStackReferences": "strong"})
     if nag or str(app.node.try_get_context("nag")).lower() == "true":
         from cdk_nag import AwsSolutionsChecks
 
