@@ -70,8 +70,8 @@ ADDONS: tuple[AddonSpec, ...] = (
         "v1.6.0-eksbuild.1",
         "nodes",
         _OPERATOR_SCRIPT,
-        service_account="fsx-csi-controller-sa",
-        managed_policies=("AmazonFSxFullAccess",),
+        # Installed because the Inference Operator checks for it; kvtier mounts no FSx, so the driver gets no IAM
+        # role (AWS's script grants it AmazonFSxFullAccess). Give it one if your endpoints load weights from FSx.
     ),
     # Platform stack: the Inference Operator. Its roles go through its configuration values, built with the roles
     # and TLS bucket in kvtier/constructs/inference_operator.py (the only string known: notes operator-addons.md 1.1).

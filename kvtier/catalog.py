@@ -77,7 +77,7 @@ LMCACHE_STAGING_GIB = Fact(
     2.0,
     "GiB per vLLM pod",
     "with L1 off (l1_gb: 0) LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with "
-    "local_cpu=False); kvtier then sets max_local_cpu_size to this (kvtier/k8s/lmcache.py L2_STAGING_GB)",
+    "local_cpu=False); per vLLM pod; kvtier splits it over the tensor-parallel ranks (max_local_cpu_size = this / TP, kvtier/k8s/lmcache.py)",
 )
 SYSTEM_RESERVE_GIB = Fact(
     6.0,
@@ -248,12 +248,6 @@ class InstanceType:
             raise ValueError(f"{self.name} has no GPU")
         return GPUS[self.gpu]
 
-    @property
-    def price_per_gpu_hour(self) -> float | None:
-        if self.price_per_hour is None or not self.gpus:
-            return None
-        return self.price_per_hour / self.gpus
-
 
 def l2_read_gbps_model(network_gbps: float) -> float:
     """GB/s of a cross-node L2 read: the blog's fraction of the line rate, capped by the FUSE path."""
@@ -392,12 +386,6 @@ _INSTANCES = [
 
 INSTANCE_TYPES: Mapping[str, InstanceType] = {i.name: i for i in _INSTANCES}
 
-InstanceOverridable = Literal["nvme_gb", "price_per_hour", "network_gbps", "memory_gib", "prefill_mfu", "l2_read_gbps"]
-
-
-def overridable_fields(instance: InstanceType) -> list[str]:
-    return sorted(instance.unverified)
-
 
 def with_overrides(instance: InstanceType, overrides: Mapping[str, float | int]) -> InstanceType:
     """Return `instance` with its unverified facts replaced; callers validate names and types first."""
@@ -427,7 +415,6 @@ class Model:
     head_dim: int
     params_billion: float
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
-    mla: bool = False  # LMCache's fs connector cannot store MLA KV (reference curvine-lmcache.md 2.6)
     source: str = ""
     as_of: str = COLLECTED
 

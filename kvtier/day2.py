@@ -36,13 +36,18 @@ class Change:
 
 
 def templates(assembly: Path) -> dict[str, dict[str, Any]]:
-    """Stack name -> template, from a cdk.out folder (its manifest names the stacks)."""
-    manifest = json.loads((assembly / "manifest.json").read_text(encoding="utf-8"))
-    out: dict[str, dict[str, Any]] = {}
-    for name, artifact in manifest.get("artifacts", {}).items():
-        if artifact.get("type") == "aws:cloudformation:stack":
-            path = assembly / artifact["properties"]["templateFile"]
-            out[artifact.get("displayName", name)] = json.loads(path.read_text(encoding="utf-8"))
+    """Stack name -> template, from a cdk.out folder (its manifest names the stacks). Raises ValueError, naming the
+    file, when the folder is not a readable synth output."""
+    where = assembly / "manifest.json"
+    try:
+        manifest = json.loads(where.read_text(encoding="utf-8"))
+        out: dict[str, dict[str, Any]] = {}
+        for name, artifact in manifest.get("artifacts", {}).items():
+            if artifact.get("type") == "aws:cloudformation:stack":
+                where = assembly / artifact["properties"]["templateFile"]
+                out[artifact.get("displayName", name)] = json.loads(where.read_text(encoding="utf-8"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise ValueError(f"{where}: not readable as a CDK synth output ({err})") from None
     return out
 
 
@@ -50,8 +55,8 @@ def manifests(template: dict[str, Any]) -> Iterator[dict[str, Any]]:
     """Kubernetes objects applied by a template (the `Manifest` JSON of its Kubernetes resources)."""
     for resource in template.get("Resources", {}).values():
         raw = resource.get("Properties", {}).get("Manifest")
-        if isinstance(raw, dict) and "Fn::Join" in raw:  # tokens inside: keep the literal parts
-            raw = "".join(part if isinstance(part, str) else '""' for part in raw["Fn::Join"][1])
+        if isinstance(raw, dict) and "Fn::Join" in raw:  # tokens inside JSON strings: stand-in text keeps it JSON
+            raw = "".join(part if isinstance(part, str) else "TOKEN" for part in raw["Fn::Join"][1])
         if isinstance(raw, str):
             try:
                 yield from json.loads(raw)

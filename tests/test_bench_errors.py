@@ -40,6 +40,7 @@ def test_no_url_answers_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert code == 3
     assert result == {}
     assert "no URL answers" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()  # the folder made for the run is not left behind empty
 
 
 def test_one_dead_url_is_counted_per_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -103,6 +104,12 @@ def test_missing_metrics_do_not_fail_the_run(tmp_path: Path) -> None:
         ["shared-prefix", "--url", "http://127.0.0.1:1", "--qps", "0"],
         ["trace", "--url", "http://127.0.0.1:1", "--trace", "t.jsonl", "--qps", "1", "--time-scale", "1"],
         ["sweep"],
+        ["sweep", "--write-url", "http://127.0.0.1:abc"],
+        ["sweep", "--write-url", "http://127.0.0.1:99999"],
+        ["sweep", "--write-url", "http://127.0.0.1:0"],
+        ["sweep", "--write-url", "http://[::1"],
+        ["shared-prefix", "--url", "http://127.0.0.1:65536/v1"],
+        ["sweep", "--write-url", "http://127.0.0.1:1", "--metrics-url", "http://10.0.0.1:-1"],
     ],
 )
 def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,12 +119,33 @@ def test_bad_flags_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -
     assert "error:" in capsys.readouterr().err
 
 
+def test_ports_1_and_65535_are_urls(tmp_path: Path) -> None:
+    from kvtier.cli.bench import _url
+
+    assert _url("http://127.0.0.1:65535/v1/") == "http://127.0.0.1:65535"
+    assert _url("https://[::1]:1") == "https://[::1]:1"
+
+
+def test_an_unwritable_out_folder_exits_2_before_any_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    with FakeCluster(1, QUICK) as c:
+        argv = ["bench", "sweep", "--write-url", c.urls[0], "--lengths", "50", "--no-progress"]
+        assert main([*argv, "--out", str(blocker / "run")]) == 2
+        sent = [e for e in c.servers[0].log if e.path.endswith("completions")]
+    assert f"cannot write to the output folder {blocker / 'run'}" in capsys.readouterr().err
+    assert sent == []
+
+
 def test_unreadable_or_too_long_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     url = f"http://127.0.0.1:{_closed_port()}"  # never reached: the trace is checked first
     assert main(["bench", "trace", "--url", url, "--trace", str(tmp_path / "absent.jsonl")]) == 2
     assert "cannot read trace" in capsys.readouterr().err
     long = tmp_path / "long.jsonl"
-    long.write_text(json.dumps({"timestamp": 0, "input_length": 9000, "output_length": 10, "hash_ids": [1]}) + "\n")
+    row = {"timestamp": 0, "input_length": 9000, "output_length": 10, "hash_ids": list(range(18))}
+    long.write_text(json.dumps(row) + "\n")
     assert main(["bench", "trace", "--url", url, "--trace", str(long), "--max-model-len", "4096"]) == 2
     assert "longer than --max-model-len 4096" in capsys.readouterr().err
 
@@ -153,3 +181,60 @@ def test_compare_rejects_foreign_files(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["bench", "compare", str(foreign), str(foreign)]) == 2
     assert "not a kvtier bench result" in capsys.readouterr().err
     assert main(["bench", "compare", str(tmp_path / "nope.json"), str(foreign)]) == 2
+
+
+def _written(tmp_path: Path, change: Any) -> Path:
+    """A real result file with one change applied to its JSON."""
+    path = tmp_path / "good.json"
+    _result({"shared-prefix": [100.0, 200.0]}, "x").write(path)
+    data = json.loads(path.read_text())
+    change(data)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    return bad
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda d: d.update(requests="abc"), 'requests is "abc", not a list'),
+        (lambda d: d.update(cache=5), "cache is 5, not a list"),
+        (lambda d: d.update(cache=[5]), "cache[0] is not an object"),
+        (
+            lambda d: d.update(cache=[{"tiers": {"l0": {"hit_tokens": "many"}}}]),
+            'cache[0].tiers.l0.hit_tokens is "many"',
+        ),
+        (
+            lambda d: d.update(cache=[{"l2_io": {"read_bytes": None}}]),
+            "cache[0].l2_io.read_bytes is null, not a number",
+        ),
+        (lambda d: d["requests"][1].update(ttft_ms="fast"), 'requests[1].ttft_ms is "fast", not a number or null'),
+        (lambda d: d["requests"][0].update(ok="yes"), 'requests[0].ok is "yes", not true or false'),
+        (lambda d: d["requests"][0].update(itl_ms=[1.0, "x"]), 'requests[0].itl_ms[1] is "x"'),
+        (lambda d: d["requests"][0].update(start_ms=True), "requests[0].start_ms is true, not a number"),
+        (lambda d: d["requests"][0].pop("run"), "requests[0] has no 'run'"),
+        (lambda d: d["requests"].append(7), "requests[2] is not an object"),
+        (lambda d: d.pop("started_at"), "the file has no 'started_at'"),
+        (lambda d: d.update(duration_s="1s"), 'duration_s is "1s", not a number'),
+        (lambda d: d.update(settings=[]), "settings is [], not an object"),
+        (lambda d: d.update(run_order=["a", 1]), "run_order[1] is 1, not a string"),
+        (lambda d: d.update(details={"sweep": {}}), "details.sweep is {}, not a list"),
+        (lambda d: d.update(details={"sweep": [{"length": 5}]}), "details.sweep[0] has no 'cold_ttft_ms'"),
+    ],
+)
+def test_compare_refuses_malformed_results_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: Any, message: str
+) -> None:
+    bad = _written(tmp_path, change)
+    assert main(["bench", "compare", str(bad), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}: malformed kvtier bench result: {message}" in err
+    assert "Traceback" not in err
+
+
+def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    row = {"length": 500, "cold_ttft_ms": 300.0, "reused_ttft_ms": 100.0, "speedup": 3.0, "prompt_tokens": None}
+    a = _written(tmp_path, lambda d: d.update(workload="sweep", details={"sweep": [row], "same_url": True}))
+    assert main(["bench", "compare", str(a), str(a), "--json"]) == 0
+    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["length 500 speedup"]["a"] == 3.0

@@ -22,9 +22,9 @@ import pytest
 from kvtier.bench.records import RequestRecord
 from kvtier.bench.runner import RunOptions, run_workload
 from kvtier.bench.testserver import Behaviour, FakeCluster, FakeServer, Logged
-from kvtier.bench.trace import load_trace
 from kvtier.bench.workloads import TraceReplay
 from kvtier.cli import main
+from kvtier.trace import load_trace
 
 MARGIN_S = 0.5  # measured TTFT may exceed the programmed delay by at most this (scheduling, GIL, loopback)
 # The sweep bounds its speedup with these delays; the other workloads run with shorter ones (>= 100 ms still).
@@ -215,13 +215,26 @@ def test_shared_prefix_paces_and_shares_the_system_prompt(tmp_path: Path) -> Non
     assert [round(b - a, 6) for a, b in itertools.pairwise(starts)] == [50.0] * 7  # 1 / 20 QPS
 
 
+def test_shared_prefix_sends_by_default_the_header_the_standalone_router_hashes() -> None:
+    from kvtier.cli import build_parser
+    from kvtier.config.loader import load_config
+    from kvtier.k8s.router import router_args
+    from tests.support import CONFIG_DIR
+
+    args = build_parser().parse_args(["bench", "shared-prefix", "--url", "http://127.0.0.1:8000"])
+    endpoint = load_config(CONFIG_DIR, "dev").lobs[0].endpoints[0]
+    session = endpoint.model_copy(update={"routing": "session", "mode": "standalone"})
+    flags = router_args("retail", session)
+    assert args.user_header == flags[flags.index("--session-key") + 1]
+
+
 def test_trace_replay_time_scaled(tmp_path: Path) -> None:
     rows = [
         {"timestamp": 0, "input_length": 20, "output_length": 2, "hash_ids": [1, 2, 3]},
         {"timestamp": 300, "input_length": 24, "output_length": 2, "hash_ids": [1, 2, 4]},
         {"timestamp": 300, "input_length": 16, "output_length": 2, "hash_ids": [5, 6]},
         {"timestamp": 200, "input_length": 28, "output_length": 2, "hash_ids": [1, 2, 3, 7]},  # out of file order
-        {"timestamp": 900, "input_length": 500, "output_length": 2, "hash_ids": [8]},  # over max_model_len
+        {"timestamp": 900, "input_length": 500, "output_length": 2, "hash_ids": list(range(8, 71))},  # too long
     ]
     path = tmp_path / "trace.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -229,7 +242,7 @@ def test_trace_replay_time_scaled(tmp_path: Path) -> None:
         replay = TraceReplay(
             url=c.urls[0],
             path=path,
-            requests=tuple(load_trace(path)),
+            requests=load_trace(path, block_tokens=8).requests,
             time_scale=0.5,
             max_model_len=100,
             block_tokens=8,

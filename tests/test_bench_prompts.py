@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-import pytest
-
 from kvtier.bench.client import _StreamReader
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import RequestRecord
-from kvtier.bench.trace import TraceRequest, load_trace, trace_prompt
+from kvtier.bench.trace import trace_prompt
 from kvtier.bench.workloads import _leading_seen
-from kvtier.errors import UsageError
-from tests.support import shared_path
+from kvtier.trace import TraceRequest
 
 LENGTHS = (500, 1000, 1500, 2000, 2500, 3000, 5000, 50)
 
@@ -41,17 +35,12 @@ def test_no_prompt_is_a_prefix_of_another() -> None:
                 assert not q.startswith(p), (i, j)
 
 
-def _write_trace(path: Path, rows: list[dict[str, object]]) -> Path:
-    path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    return path
-
-
 def test_equal_hash_ids_give_equal_text() -> None:
     maker = PromptMaker(0, "salt")
-    a = TraceRequest(1, 0, 20, 1, (1, 2, 3))
-    b = TraceRequest(2, 0, 24, 1, (1, 2, 4))
-    c = TraceRequest(3, 0, 16, 1, (5, 6))
-    d = TraceRequest(4, 0, 30, 1, (1,))  # fewer ids than its length: the rest is its own filler
+    a = TraceRequest(0, 20, 1, (1, 2, 3), line=1)
+    b = TraceRequest(0, 24, 1, (1, 2, 4), line=2)
+    c = TraceRequest(0, 16, 1, (5, 6), line=3)
+    d = TraceRequest(0, 30, 1, (1,), line=4)  # fewer ids than its length: the rest is its own filler
     words = {r.line: trace_prompt(r, maker, block_tokens=8).split() for r in (a, b, c, d)}
     assert [len(words[n]) for n in (1, 2, 3, 4)] == [20, 24, 16, 30]
     assert words[1][:16] == words[2][:16]  # two shared blocks
@@ -66,51 +55,6 @@ def test_leading_seen_counts_prefix_chained_blocks() -> None:
     assert _leading_seen((1, 2, 3), {1, 2}) == 2
     assert _leading_seen((1, 2, 3), {2, 3}) == 0
     assert _leading_seen((), {1}) == 0
-
-
-def test_load_trace_reads_mooncake_lines(tmp_path: Path) -> None:
-    path = _write_trace(
-        tmp_path / "t.jsonl",
-        [
-            {"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]},
-            {"timestamp": 27.5, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]},
-        ],
-    )
-    trace = load_trace(path)
-    assert trace == [TraceRequest(1, 0.0, 10, 2, (0,)), TraceRequest(2, 27.5, 600, 5, (0, 1))]
-    assert load_trace(path, limit=1) == trace[:1]
-
-
-@pytest.mark.parametrize(
-    ("content", "message"),
-    [
-        ("not json\n", "line 1: not JSON"),
-        ('{"timestamp": 0}\n', "needs the keys"),
-        ('{"timestamp": -1, "input_length": 1, "output_length": 1, "hash_ids": []}\n', "timestamp"),
-        ('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": []}\n', "input_length 0"),
-        ('{"timestamp": 0, "input_length": 1, "output_length": 1, "hash_ids": ["a"]}\n', "hash_ids"),
-        ("\n\n", "has no requests"),
-    ],
-)
-def test_bad_traces_are_usage_errors(tmp_path: Path, content: str, message: str) -> None:
-    path = tmp_path / "bad.jsonl"
-    path.write_text(content)
-    with pytest.raises(UsageError, match=message):
-        load_trace(path)
-
-
-def test_missing_trace_is_a_usage_error(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="cannot read trace"):
-        load_trace(tmp_path / "absent.jsonl")
-
-
-@pytest.mark.shared
-def test_public_mooncake_trace_loads() -> None:
-    path = shared_path("data/traces/mooncake_synthetic_trace.jsonl")
-    trace = load_trace(path)
-    assert len(trace) == 3993
-    assert all(len(r.hash_ids) * 512 >= r.input_length for r in trace[:200])
-    assert [r.timestamp_ms for r in trace] == sorted(r.timestamp_ms for r in trace)
 
 
 def _feed(lines: list[str]) -> RequestRecord:

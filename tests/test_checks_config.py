@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from kvtier.catalog import GB, GIB, MODELS, SYSTEM_RESERVE_GIB, VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB
-from kvtier.config.checks import HASH_SEED, hash_seed_problems
 from kvtier.config.curvine import CurvineConfig, memory_bytes
 from kvtier.config.loader import Config, load_config
 from kvtier.errors import ConfigError, Problem
@@ -526,18 +525,3 @@ def test_lob_description_is_what_the_planner_uses(config_copy: Path) -> None:
     WARNINGS[-1].bad(config_copy)
     config = load_config(config_copy, "dev")
     assert tier_model(config, "retail", "qwen3-8b").kv_bytes_per_token == 2 * 40 * 8 * 128 * 2
-
-
-# --- Hash seed and kvtier-owned LMCache variables (no endpoint field sets env vars yet) ---------------------------
-
-
-def test_hash_seed_must_be_kvtiers() -> None:
-    problems = hash_seed_problems({"PYTHONHASHSEED": "123"}, "lobs/x.yaml", "endpoints[0].env")
-    assert [p.field for p in problems] == ["endpoints[0].env.PYTHONHASHSEED"]
-    assert "cross-pod L2 hits" in problems[0].problem
-    assert hash_seed_problems({"PYTHONHASHSEED": HASH_SEED, "HF_HOME": "/tmp"}, "f", "env") == []
-
-
-def test_kvtier_owned_lmcache_settings_cannot_be_overridden() -> None:
-    problems = hash_seed_problems({"LMCACHE_CHUNK_SIZE": "512", "LMCACHE_LOG_LEVEL": "DEBUG"}, "f", "env")
-    assert [p.field for p in problems] == ["env.LMCACHE_CHUNK_SIZE"]

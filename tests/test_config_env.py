@@ -107,6 +107,37 @@ BAD_INPUTS: list[tuple[str, Edit, str, str]] = [
     ("reserved tag prefix", lambda d: d.update(tags={"aws:owner": "x"}), "tags", "reserved"),
     ("even Curvine masters", lambda d: d["curvine"].update(masters=2), "curvine.masters", "odd"),
     (
+        "non-finite override",
+        lambda d: d.update(catalog_overrides={"ml.g6e.4xlarge": {"nvme_gb": float("inf")}}),
+        "catalog_overrides.ml.g6e.4xlarge.nvme_gb",
+        "finite",
+    ),
+    (
+        "prefill efficiency above peak",
+        lambda d: d.update(catalog_overrides={"ml.g6e.4xlarge": {"prefill_mfu": 5}}),
+        "catalog_overrides.ml.g6e.4xlarge.prefill_mfu",
+        "between 0 and 1",
+    ),
+    (
+        "admin is an STS session",
+        lambda d: d["eks"].update(admins=["arn:aws:sts::111122223333:assumed-role/A/me"]),
+        "eks.admins[0]",
+        ":role/",
+    ),
+    (
+        "admin listed twice",
+        lambda d: d["eks"].update(admins=["arn:aws:iam::111122223333:role/A"] * 2),
+        "eks.admins[1]",
+        "once",
+    ),
+    ("tag characters AWS refuses", lambda d: d.update(tags={"team#1": "a;b"}), "tags", "letters, digits"),
+    (
+        "one zone for a new cluster",
+        lambda d: d.update(availability_zones=["us-west-2a"]),
+        "availability_zones",
+        "two zones",
+    ),
+    (
         "worker data larger than the NVMe",
         lambda d: d["curvine"].update(worker_data_gb=700),
         "curvine.worker_data_gb",
@@ -171,6 +202,32 @@ def test_yaml_duplicate_key_and_syntax_errors_name_the_line(config_copy: Path) -
     path.write_text("name: dev\nregion: [unclosed\n")
     with pytest.raises(ConfigError, match=r"dev\.yaml: line \d+, column \d+: is not valid YAML"):
         load_config(config_copy, "dev")
+
+
+def test_files_that_are_not_yaml_mappings_name_the_problem(config_copy: Path) -> None:
+    lob = config_copy / "lobs" / "retail.yaml"
+    lob.write_bytes(b"name: r\xe9tail\n")
+    with pytest.raises(ConfigError, match=r"retail\.yaml: byte 7: is not UTF-8 text; save the file as UTF-8"):
+        load_config(config_copy, "dev")
+    lob.write_text("? [a, b]\n: 1\n")
+    with pytest.raises(ConfigError, match=r"a key must be a plain value, not a list"):
+        load_config(config_copy, "dev")
+    lob.unlink()
+    lob.mkdir()
+    with pytest.raises(ConfigError, match=r"retail\.yaml: is a directory, not a file"):
+        load_config(config_copy, "dev")
+
+
+def test_union_members_are_named_as_written(config_copy: Path) -> None:
+    lob = config_copy / "lobs" / "retail.yaml"
+    lob.write_text(
+        lob.read_text().replace("source: huggingface, token_secret: null", "source: huggingface, revision: main")
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(config_copy, "dev")
+    [problem] = raised.value.problems
+    assert problem.field == "endpoints[0].model.revision"  # not model.huggingface.revision
+    assert "^[0-9a-f]{40}$" in problem.allowed
 
 
 def test_file_name_and_env_name_must_agree(config_copy: Path) -> None:
@@ -241,6 +298,13 @@ def test_validate_json_output(capsys: pytest.CaptureFixture[str], config_copy: P
             lambda d: d["hyperpod"]["existing"]["install"].update(addons=["nodes", "bogus"]),
             "hyperpod.existing.install.addons[1]",
             "cert-manager",
+        ),
+        (
+            lambda d: d["hyperpod"]["existing"]["nodes"]["gpu"].update(
+                selector=d["hyperpod"]["existing"]["nodes"]["system"]["selector"]
+            ),
+            "hyperpod.existing.nodes.gpu.selector",
+            "own nodes",
         ),
         (
             lambda d: d["hyperpod"].update(

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from kvtier.cli import main as cli
-from kvtier.day2 import compare
+from kvtier.day2 import CURVINE_MASTERS, IEC_KIND, compare, manifests
 from tests.support import Synth
 
 
@@ -113,3 +113,43 @@ def test_guard_on_real_synths(dev: Synth, config_copy: Path, capsys: pytest.Capt
 def test_previous_must_be_a_synth_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["validate", "--previous", str(tmp_path)]) == 2
     assert "not a cdk.out folder" in capsys.readouterr().err
+
+
+def test_manifests_with_tokens_are_still_read() -> None:
+    joined = {
+        "Fn::Join": [
+            "",
+            [
+                '[{"kind": "StatefulSet", "metadata": {"name": "curvine-master", "namespace": "curvine"}, '
+                '"spec": {"replicas": 1, "serviceName": "',
+                {"Ref": "Something"},
+                '"}}]',
+            ],
+        ]
+    }
+    template = {
+        "Resources": {"M": {"Type": "Custom::AWSCDK-EKS-KubernetesResource", "Properties": {"Manifest": joined}}}
+    }
+    [obj] = list(manifests(template))
+    assert obj["spec"]["replicas"] == 1
+
+
+def test_the_guard_sees_the_real_objects_it_watches(dev: Synth) -> None:
+    """If a chart renames the objects the guard compares, this fails instead of the guard going blind."""
+    platform = list(manifests(dev.templates["kvtier-dev-platform"]))
+    assert any((o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) == CURVINE_MASTERS for o in platform)
+    retail = list(manifests(dev.templates["kvtier-dev-retail"]))
+    assert any(o["kind"] == IEC_KIND and "intelligentRoutingSpec" in o["spec"] for o in retail)
+
+
+def test_previous_synth_of_another_environment_is_refused(prod: Synth, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["validate", "-e", "dev", "--previous", str(prod.outdir)]) == 2
+    assert "are not this environment's" in capsys.readouterr().err
+
+
+def test_broken_previous_synth_is_refused_before_synthesizing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "manifest.json").write_text("{not json")
+    assert cli(["validate", "--previous", str(tmp_path)]) == 2
+    assert "not readable as a CDK synth output" in capsys.readouterr().err

@@ -52,3 +52,12 @@ def test_a_failed_write_leaves_the_previous_output_whole(tmp_path: Path, monkeyp
         write_dist(root, "dev", {"kvtier-dev-platform": _outputs()})
     assert (root / "dev" / "kvtier-dev-platform" / "demo.yaml").read_text() == before
     assert sorted(p.name for p in root.iterdir()) == ["dev"]  # no staging folder left behind
+
+
+def test_cluster_scoped_objects_carry_no_namespace() -> None:
+    chart = KvtierChart(chart_app(), "scoped", namespace="kvtier-retail")
+    api_object(chart, "pv", {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "v"}, "spec": {}})
+    api_object(chart, "cm", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}})
+    pv, cm = chart.manifests()
+    assert "namespace" not in pv["metadata"]
+    assert cm["metadata"]["namespace"] == "kvtier-retail"

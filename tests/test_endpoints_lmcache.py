@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from kvtier.config.endpoint import CacheConfig, L2Backend
 from kvtier.config.loader import Config, load_config
 from kvtier.k8s.kyverno_policy import l2_policy
-from kvtier.k8s.lmcache import Controller, env_name, lmcache_config, lmcache_env, rewire_env
+from kvtier.k8s.lmcache import (
+    L2_STAGING_GB,
+    Controller,
+    env_name,
+    l1_pinned_gib,
+    lmcache_config,
+    lmcache_env,
+    rewire_env,
+)
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.k8s.router import router_objects
 from kvtier.k8s.standalone import endpoint_lmcache_config, engine_deployment
@@ -212,9 +220,34 @@ def test_standalone_config_map_matches_what_lmcache_reads(prod: Config, tmp_path
             if not config:
                 continue
             parsed = _parse_file(tmp_path, config)
-            assert endpoint.cache.l1_gb in (parsed.max_local_cpu_size, 0)
+            assert endpoint.cache.l1_gb in (parsed.max_local_cpu_size * endpoint.tensor_parallel, 0)
             assert parsed.chunk_size == endpoint.cache.chunk_size
     assert lmcache_log.warnings() == []
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+@pytest.mark.parametrize(
+    "cache",
+    [CacheConfig(l1_gb=20), CacheConfig(l1_gb=37.5, l2="none"), CacheConfig(l1_gb=0), CacheConfig(l1_gb=0, l2="none")],
+)
+def test_each_rank_pins_its_share_of_the_replicas_l1(
+    cache: CacheConfig, tp: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`l1_gb` (and the staging buffer) is per replica; LMCache 0.4.3 runs one engine per TP rank, each allocating
+    int(max_local_cpu_size * 1024**3) bytes (v1/cache_engine.py), so the ranks together pin what the replica has."""
+    pinned = l1_pinned_gib(cache)
+    assert pinned == (cache.l1_gb if cache.l1_gb else L2_STAGING_GB if cache.l2 != "none" else 0.0)
+    config = lmcache_config(cache, "qwen3-8b", tensor_parallel=tp)
+    if not pinned:
+        assert config == {}
+        return
+    for engine in (_parse_file(tmp_path, config), _parse_env(monkeypatch, lmcache_env(config))):
+        assert abs(tp * int(engine.max_local_cpu_size * 1024**3) - pinned * 1024**3) < tp
+    # A kvaware controller already knows the ranks; the two must agree.
+    controller = Controller("router", tp)
+    assert lmcache_config(cache, "qwen3-8b", controller)["max_local_cpu_size"] == config["max_local_cpu_size"]
+    with pytest.raises(ValueError, match="differs"):
+        lmcache_config(cache, "qwen3-8b", controller, tensor_parallel=tp + 1)
 
 
 def test_environment_wins_over_a_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

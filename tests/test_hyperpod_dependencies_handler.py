@@ -177,3 +177,17 @@ def test_kubeconfig_uses_the_cluster_endpoint_and_ca(tmp_path: Path, monkeypatch
     assert config["users"][0]["user"]["token"].startswith("k8s-aws-v1.")
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     stubber.assert_no_pending_responses()
+
+
+def test_a_helm_that_outlives_the_lambda_reports_its_own_error(
+    fake_helm: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _serve(monkeypatch, _archive(CHART))
+    Path(index.HELM).write_text("#!/usr/bin/env bash\nsleep 30\n")
+
+    class Context:
+        def get_remaining_time_in_millis(self) -> int:
+            return (index.SAFETY_MARGIN_S + 1) * 1000  # one second of work left
+
+    with pytest.raises(RuntimeError, match="helm dependency did not finish in the time this Lambda had left"):
+        index.on_event(_event("Create"), Context())

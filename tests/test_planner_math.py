@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -190,6 +191,28 @@ def test_tier_model_overrides() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("l1_gb", math.inf),
+        ("l1_gb", math.nan),
+        ("l2_gb", math.nan),
+        ("l2_gb", -math.inf),
+        ("l1_gb", 1e300),
+        ("l2_gb", -1),
+    ],
+)
+def test_tier_model_refuses_sizes_that_are_not_finite_or_beyond_any_deployment(name: str, value: float) -> None:
+    from kvtier.errors import UsageError
+
+    config = load_config(CONFIG_DIR, "dev")
+    with pytest.raises(UsageError, match=re.escape(f"{name} override {value} is out of range")):
+        if name == "l1_gb":
+            tier_model(config, "retail", "qwen3-8b", l1_gb=value)
+        else:
+            tier_model(config, "retail", "qwen3-8b", l2_gb=value)
+
+
+@pytest.mark.parametrize(
     ("args", "words"),
     [
         (("nope", "qwen3-8b"), "no line of business 'nope'"),
@@ -246,17 +269,77 @@ def test_every_gpu_instance_has_dated_planning_facts_and_prices() -> None:
             assert instance.gpu_spec.bf16_dense_tflops > 0 and instance.gpu_spec.host_to_gpu_gbps > 0
 
 
-def test_pinned_l1_matches_what_the_endpoint_charts_emit() -> None:
-    """The node-RAM check counts what kvtier/k8s/lmcache.py tells LMCache to pin (staging when L1 is off)."""
-    from kvtier.catalog import LMCACHE_STAGING_GIB
-    from kvtier.config.endpoint import CacheConfig
-    from kvtier.k8s.lmcache import L2_STAGING_GB
-    from kvtier.k8s.sizing import l1_pinned_gib as chart_pinned
-    from kvtier.planner.host import l1_pinned_gib
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
+    """The node-RAM check counts what the charts tell LMCache to pin: `max_local_cpu_size` once per TP rank (LMCache
+    starts one engine per rank), staging when L1 is off; and the pod's memory request holds it."""
+    import yaml
 
-    assert LMCACHE_STAGING_GIB.value == L2_STAGING_GB
+    from kvtier.config.endpoint import CacheConfig
+    from kvtier.k8s.lmcache import env_name
+    from kvtier.k8s.operator_endpoint import worker_env
+    from kvtier.k8s.sizing import worker_size
+    from kvtier.k8s.standalone import lmcache_config_map
+    from kvtier.planner.host import pod_memory
+
     config = load_config(CONFIG_DIR, "dev")
     endpoint = config.lobs[0].endpoints[0]
+    instance = "ml.g6e.12xlarge"  # 4 GPUs
     for cache in (CacheConfig(l1_gb=20), CacheConfig(l1_gb=0), CacheConfig(l1_gb=0, l2="none")):
-        changed = endpoint.model_copy(update={"cache": cache})
-        assert l1_pinned_gib(changed) == chart_pinned(cache)
+        for mode, routing in (("standalone", "prefixaware"), ("standalone", "kvaware"), ("operator", "prefixaware")):
+            update = {
+                "cache": cache,
+                "tensor_parallel": tp,
+                "instance_type": instance,
+                "mode": mode,
+                "routing": routing,
+            }
+            changed = endpoint.model_copy(update=update)
+            if mode == "standalone":
+                settings = yaml.safe_load(lmcache_config_map("retail", changed)["data"]["lmcache.yaml"])
+                per_rank = float(settings.get("max_local_cpu_size", 0.0))
+            else:
+                variables = {v["name"]: v["value"] for v in worker_env(changed)}
+                per_rank = float(variables.get(env_name("max_local_cpu_size"), 0.0))
+            pinned = pod_memory("retail", changed).l1_gib
+            assert per_rank * tp == pytest.approx(pinned), (mode, routing, cache)
+            assert pinned == (20.0 if cache.l1_gb else 2.0 if cache.l2 != "none" else 0.0)  # per replica, any TP
+            assert worker_size(INSTANCE_TYPES[instance], tp, cache).memory_gib >= pinned + 4 + 4 * tp
+
+
+@pytest.mark.parametrize(
+    ("model_id", "tp", "copies"),
+    [
+        ("Qwen/Qwen3-8B", 1, 1),
+        ("Qwen/Qwen3-8B", 2, 1),  # 8 KV heads: 4 a rank, so the replica's L1 holds l1 / kv tokens at any TP
+        ("Qwen/Qwen3-8B", 8, 1),
+        ("Qwen/Qwen2.5-7B-Instruct", 8, 2),  # 4 KV heads on 8 ranks: every head is kept twice
+    ],
+)
+def test_l1_tokens_follow_the_shards_each_rank_keeps(model_id: str, tp: int, copies: int) -> None:
+    from kvtier.planner.tiers import endpoint_tiers
+
+    config = load_config(CONFIG_DIR, "dev")
+    lob = config.lobs[0]
+    endpoint = lob.endpoints[0].model_copy(update={"tensor_parallel": tp, "instance_type": "ml.g6e.48xlarge"})
+    model = MODELS[model_id]
+    tiers = endpoint_tiers(config.env, config.lobs, lob, endpoint, model)
+    l1_bytes = endpoint.cache.l1_gb * GIB
+    assert tiers.l1_tokens == int(l1_bytes // (model.kv_bytes_per_token * copies))
+    # The same count seen from one rank: its share of L1 over its share of a token.
+    assert tiers.l1_tokens == int(l1_bytes / tp // kv_bytes_per_token_per_gpu(model, tp))
+
+
+def test_the_planner_and_the_simulator_load_without_cdk8s() -> None:
+    """They import LMCache sizing and the router's defaults from light modules: `kvtier plan`, `validate` and
+    `simulate` must not start a Node process."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kvtier.planner.host, kvtier.planner.tiers, kvtier.k8s.sizing, kvtier.simulate.engine, "
+        "kvtier.cli.bench, kvtier.cli.simulate, kvtier.bench.workloads\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'cdk8s', 'jsii', 'aws_cdk', 'constructs'}))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert done.stdout.strip() == "[]"

@@ -126,7 +126,8 @@ def test_every_request_too_long_is_a_problem(
     planner: FakePlanner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     trace = tmp_path / "long.jsonl"
-    trace.write_text(json.dumps({"timestamp": 0, "input_length": 20_000, "hash_ids": list(range(40))}) + "\n")
+    row = {"timestamp": 0, "input_length": 20_000, "output_length": 1, "hash_ids": list(range(40))}
+    trace.write_text(json.dumps(row) + "\n")
     assert simulate("--trace", str(trace), "--no-plots", "--routing", "roundrobin") == 1
     assert "max_model_len" in capsys.readouterr().err
     assert planner.calls
@@ -140,6 +141,17 @@ def test_every_request_too_long_is_a_problem(
         (["--replicas", "0"], "--replicas 0 is out of range"),
         (["--l2-gb", "10", "-1"], "--l2-gb"),
         (["--qps-scale", "0"], "--qps-scale"),
+        (["--qps-scale", "nan"], "--qps-scale nan is out of range; give a finite factor > 0"),
+        (["--qps-scale", "inf"], "--qps-scale inf is out of range"),
+        (["--l1-gb", "inf"], "--l1-gb inf is out of range; give a finite size"),
+        (["--l1-gb", "nan"], "--l1-gb nan is out of range"),
+        (["--l2-gb", "10", "nan"], "--l2-gb 10.0 nan is out of range; give finite sizes"),
+        (["--l2-gb", "inf"], "--l2-gb inf is out of range"),
+        (["--janitor-every", "nan"], "--janitor-every nan is out of range; give finite seconds >= 0"),
+        (["--janitor-every=-inf"], "--janitor-every -inf is out of range"),
+        (["--replicas", "1025"], "--replicas 1025 is out of range; give 1 to 1024"),
+        (["--replicas", "1000000000"], "--replicas 1000000000 is out of range"),
+        (["--limit", "0"], "--limit 0 is out of range"),
     ],
 )
 @pytest.mark.usefixtures("planner")
@@ -150,12 +162,34 @@ def test_bad_input_exits_2_with_a_message(
     assert message in capsys.readouterr().err
 
 
+def test_an_unwritable_out_folder_exits_2_before_the_replay(
+    planner: FakePlanner, small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    assert simulate("--trace", str(small_trace), "--out", str(blocker / "plots")) == 2
+    assert f"cannot write to the output folder {blocker / 'plots'}" in capsys.readouterr().err
+    assert planner.calls == []  # nothing simulated
+    assert simulate("--trace", str(small_trace), "--out", str(blocker / "plots"), "--no-plots", "--json") == 0
+
+
+def test_limit_replays_the_first_requests(
+    planner: FakePlanner, small_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert simulate("--trace", str(small_trace), "--limit", "7", "--routing", "session", "--no-plots", "--json") == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["results"][0]["requests"] == 7
+    assert data["trace"]["requests"] == 7
+
+
 @pytest.mark.usefixtures("planner")
 def test_a_bad_trace_line_names_the_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     trace = tmp_path / "bad.jsonl"
-    trace.write_text('{"timestamp": 0, "input_length": 600, "hash_ids": [1, 2]}\n{"timestamp": 1}\n')
+    trace.write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 1, "hash_ids": [1, 2]}\n{"timestamp": 1}\n'
+    )
     assert simulate("--trace", str(trace), "--no-plots") == 2
-    assert f"{trace}:2: input_length" in capsys.readouterr().err
+    assert f"{trace}:2: a line must be a JSON object with the keys" in capsys.readouterr().err
     assert simulate("--trace", str(tmp_path / "absent.jsonl"), "--no-plots") == 2
 
 
@@ -170,6 +204,13 @@ def test_the_planners_tier_model_drives_the_run(small_trace: Path, capsys: pytes
     assert data["tier_model"] == dataclasses.asdict(planned)
     assert data["results"][0]["l1_tokens"] == planned.l1_tokens
     assert data["results"][0]["served"] == 40
+
+
+def test_a_size_beyond_any_deployment_is_refused_by_the_planner(
+    small_trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert simulate("--trace", str(small_trace), "--no-plots", "--l1-gb", "1e300") == 2
+    assert "l1_gb override 1e+300 is out of range; use a number from 0 to 1e+09" in capsys.readouterr().err
 
 
 def test_the_simulated_janitor_is_the_deployed_one() -> None:

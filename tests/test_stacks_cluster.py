@@ -137,8 +137,10 @@ def test_oidc_provider_is_native(dev: Synth) -> None:
 
 
 def test_kubectl_provider_uses_the_v34_layer(dev: Synth) -> None:
-    layers = [_props(r) for r in dev.resources("cluster", "AWS::Lambda::LayerVersion").values()]
-    assert any("kubectl" in json.dumps(layer.get("Description", "")).lower() for layer in layers)
+    descriptions = [
+        _props(r).get("Description", "") for r in dev.resources("cluster", "AWS::Lambda::LayerVersion").values()
+    ]
+    assert any(d.startswith("/opt/kubectl/kubectl 1.34.") for d in descriptions), descriptions
 
 
 # ---- add-ons ---------------------------------------------------------------------------------------------------
@@ -165,16 +167,49 @@ def test_vpc_cni_enforces_network_policy(dev: Synth) -> None:
     assert (major, minor, patch) >= (1, 18, 3)  # HyperPod's minimum
 
 
+def _trust_subjects(template: dict[str, Any], role_id: str) -> list[str]:
+    """The service-account subjects a role's web-identity trust names (through its CfnJson condition)."""
+    resources = template["Resources"]
+    subjects = []
+    for statement in _props(resources[role_id])["AssumeRolePolicyDocument"]["Statement"]:
+        condition = statement.get("Condition", {}).get("StringEquals", {})
+        cfn_json = resources[condition["Fn::GetAtt"][0]]
+        text = "".join(p for p in _props(cfn_json)["Value"]["Fn::Join"][1] if isinstance(p, str))
+        subjects += [s.split('"')[0] for s in text.split("system:serviceaccount:")[1:]]
+    return subjects
+
+
 def test_addon_roles_trust_only_their_service_account(dev: Synth) -> None:
-    trusts = json.dumps([_props(r) for r in dev.resources("cluster", "Custom::AWSCDKCfnJson").values()])
-    for spec in ADDONS:
-        if spec.service_account and spec.phase != "platform":
-            assert f"system:serviceaccount:{spec.namespace}:{spec.service_account}" in trusts
+    template = dev.template("cluster")
+    checked = 0
+    for addon in dev.resources("cluster", "AWS::EKS::Addon").values():
+        spec = next(a for a in ADDONS if a.name == _props(addon)["AddonName"])
+        role = _props(addon).get("ServiceAccountRoleArn")
+        assert (role is not None) == (spec.service_account is not None), spec.name
+        if role is not None:
+            assert _trust_subjects(template, role["Fn::GetAtt"][0]) == [f"{spec.namespace}:{spec.service_account}"]
+            checked += 1
+    assert checked >= 3
 
 
 def test_ebs_csi_role_can_attach_hyperpod_node_volumes(dev: Synth) -> None:
-    policies = json.dumps([_props(p) for p in dev.resources("cluster", "AWS::IAM::Policy").values()])
-    assert "sagemaker:AttachClusterNodeVolume" in policies and "sagemaker:DetachClusterNodeVolume" in policies
+    resources = dev.template("cluster")["Resources"]
+    [ebs] = [
+        _props(a)
+        for a in dev.resources("cluster", "AWS::EKS::Addon").values()
+        if _props(a)["AddonName"] == "aws-ebs-csi-driver"
+    ]
+    role_id = ebs["ServiceAccountRoleArn"]["Fn::GetAtt"][0]
+    hyperpod_id = _logical_id(dev, "cluster", "AWS::SageMaker::Cluster")
+    statements = [
+        s
+        for r in resources.values()
+        if r["Type"] == "AWS::IAM::Policy" and {"Ref": role_id} in _props(r)["Roles"]
+        for s in _props(r)["PolicyDocument"]["Statement"]
+    ]
+    [attach] = [s for s in statements if s.get("Sid") == "HyperPodNodeVolumes"]
+    assert sorted(attach["Action"]) == ["sagemaker:AttachClusterNodeVolume", "sagemaker:DetachClusterNodeVolume"]
+    assert attach["Resource"] == {"Fn::GetAtt": [hyperpod_id, "ClusterArn"]}
 
 
 def test_install_order_network_addons_dependencies_hyperpod_then_node_addons(dev: Synth) -> None:

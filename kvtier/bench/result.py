@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -89,7 +90,114 @@ def load_result(path: Path) -> BenchResult:
         raise UsageError(f"{path} is not JSON ({err.msg}); pass a result.json written by kvtier bench") from err
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f'{path} is not a kvtier bench result (no "format": "{FORMAT}")')
-    try:
-        return BenchResult.from_json(data)
-    except (KeyError, TypeError) as err:
-        raise UsageError(f"{path}: malformed kvtier bench result ({err})") from err
+    problem = shape_problem(data)
+    if problem:
+        raise UsageError(
+            f"{path}: malformed kvtier bench result: {problem}; pass a result.json written by kvtier bench"
+        )
+    return BenchResult.from_json(data)
+
+
+# What summaries, compare and the report read from a result file, by type: a hand-edited or foreign file must fail
+# here with its field named, not deep in the arithmetic.
+_NUMBER = "a number"
+_OPT_NUMBER = "a number or null"
+_TYPES: dict[str, tuple[type, ...]] = {
+    "a string": (str,),
+    "a string or null": (str, type(None)),
+    "a number": (int, float),
+    "a number or null": (int, float, type(None)),
+    "an integer": (int,),
+    "an integer or null": (int, type(None)),
+    "true or false": (bool,),
+    "an object": (dict,),
+    "a list": (list,),
+}
+_TOP: dict[str, tuple[str, bool]] = {  # key: (kind, required)
+    "workload": ("a string", True),
+    "started_at": ("a string", True),
+    "duration_s": (_NUMBER, True),
+    "label": ("a string or null", False),
+    "settings": ("an object", False),
+    "run_order": ("a list", False),
+    "requests": ("a list", False),
+    "cache": ("a list", False),
+    "details": ("an object", False),
+    "probes": ("a list", False),
+}
+_RECORD: dict[str, tuple[str, bool]] = {
+    "run": ("a string", True),
+    "url": ("a string", True),
+    "index": ("an integer", True),
+    "tags": ("an object", True),
+    "start_ms": (_NUMBER, True),
+    "scheduled_ms": (_OPT_NUMBER, False),
+    "ok": ("true or false", False),
+    "answered": ("true or false", False),
+    "status": ("an integer or null", False),
+    "error_kind": ("a string or null", False),
+    "error": ("a string or null", False),
+    "ttft_ms": (_OPT_NUMBER, False),
+    "e2e_ms": (_OPT_NUMBER, False),
+    "itl_ms": ("a list", False),
+    "prompt_tokens": ("an integer or null", False),
+    "completion_tokens": ("an integer or null", False),
+    "cached_tokens": ("an integer or null", False),
+    "usage_reported": ("true or false", False),
+}
+_TIER: dict[str, tuple[str, bool]] = {"hit_tokens": (_OPT_NUMBER, False), "query_tokens": (_OPT_NUMBER, False)}
+_SWEEP_ROW: dict[str, tuple[str, bool]] = {
+    "length": ("an integer", True),
+    "cold_ttft_ms": (_OPT_NUMBER, True),
+    "reused_ttft_ms": (_OPT_NUMBER, True),
+    "speedup": (_OPT_NUMBER, True),
+}
+
+
+def _kind_problems(where: str, value: Any, kind: str) -> Iterator[str]:
+    allowed = _TYPES[kind]
+    if not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed):
+        yield f"{where} is {json.dumps(value)[:40]}, not {kind}"
+
+
+def _object_problems(where: str, obj: Any, fields: dict[str, tuple[str, bool]]) -> Iterator[str]:
+    if not isinstance(obj, dict):
+        yield f"{where} is not an object"
+        return
+    for key, (kind, required) in fields.items():
+        if key in obj:
+            yield from _kind_problems(f"{where}.{key}" if where else key, obj[key], kind)
+        elif required:
+            yield f"{where or 'the file'} has no {key!r}"
+
+
+def _problems(data: dict[str, Any]) -> Iterator[str]:
+    yield from _object_problems("", data, _TOP)
+    for i, name in enumerate(data.get("run_order", [])):
+        yield from _kind_problems(f"run_order[{i}]", name, "a string")
+    for i, record in enumerate(data.get("requests", [])):
+        where = f"requests[{i}]"
+        yield from _object_problems(where, record, _RECORD)
+        for j, gap in enumerate(record.get("itl_ms", [])):
+            yield from _kind_problems(f"{where}.itl_ms[{j}]", gap, _NUMBER)
+    for i, report in enumerate(data.get("cache", [])):
+        where = f"cache[{i}]"
+        yield from _object_problems(where, report, {"tiers": ("an object", False), "l2_io": ("an object", False)})
+        for key, tier in report.get("tiers", {}).items():
+            yield from _object_problems(f"{where}.tiers.{key}", tier, _TIER)
+        for key, value in report.get("l2_io", {}).items():
+            yield from _kind_problems(f"{where}.l2_io.{key}", value, _NUMBER)
+    for i, probe in enumerate(data.get("probes", [])):
+        yield from _kind_problems(f"probes[{i}]", probe, "an object")
+    sweep = data.get("details", {}).get("sweep", [])
+    yield from _kind_problems("details.sweep", sweep, "a list")
+    for i, row in enumerate(sweep):
+        yield from _object_problems(f"details.sweep[{i}]", row, _SWEEP_ROW)
+
+
+def shape_problem(data: dict[str, Any]) -> str | None:
+    """The first field of a result file whose type is wrong, described; None when the file has the right shape.
+
+    Problems come out in reading order and reading stops at the first, so a container is always checked before
+    its items are looked into."""
+    return next(_problems(data), None)

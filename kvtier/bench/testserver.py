@@ -25,6 +25,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvtier.k8s.endpoint_names import SESSION_HEADER
+
 BYTES_PER_TOKEN = 1024  # what the fake L2 pretends each token's KV weighs
 
 
@@ -51,7 +53,7 @@ class Logged:
 
     path: str
     request_id: str | None
-    user: str | None
+    user: str | None  # the session header (SESSION_HEADER), which the shared-prefix workload sets per user
     arrival: float  # time.perf_counter() when the request was read
     words: list[str]
     delay_s: float
@@ -216,7 +218,7 @@ class FakeServer:
             Logged(
                 path,
                 headers.get("x-request-id"),
-                headers.get("x-user-id"),
+                headers.get(SESSION_HEADER),
                 arrival,
                 words,
                 delay,

@@ -18,7 +18,9 @@ from kvtier.bench.prompts import PromptMaker
 from kvtier.bench.records import Api, Request, RequestRecord, request_body
 from kvtier.bench.session import Session
 from kvtier.bench.stats import distribution
-from kvtier.bench.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest, trace_prompt
+from kvtier.bench.trace import trace_prompt
+from kvtier.k8s.endpoint_names import SESSION_HEADER
+from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,6 @@ class Workload(ABC):
 
     def settings(self) -> dict[str, Any]:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(self).items() if k != "requests"}
-
-
-def _mean_ttft(records: list[RequestRecord]) -> float | None:
-    return distribution([r.ttft_ms for r in records if r.ok and r.ttft_ms is not None])["mean"]
 
 
 def _dedupe(urls: list[str | None]) -> list[str]:
@@ -219,7 +217,7 @@ class SharedPrefix(Workload):
     max_tokens: int = 16
     qps: float = 2.0
     concurrency: int | None = 8
-    user_header: str | None = "x-user-id"  # session routing keys on it (production-stack --session-key)
+    user_header: str | None = SESSION_HEADER  # session routing keys on it (the router's --session-key)
 
     def urls(self) -> list[str]:
         return [self.url]

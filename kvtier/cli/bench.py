@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from kvtier.cli.common import print_json
-from kvtier.errors import ExitCode
+from kvtier.errors import ExitCode, UsageError
+from kvtier.k8s.endpoint_names import SESSION_HEADER
 
 if TYPE_CHECKING:
     from kvtier.bench.result import BenchResult
@@ -25,9 +27,16 @@ DEFAULT_LENGTHS = (500, 1000, 1500, 2000, 2500, 3000)
 
 
 def _url(value: str) -> str:
-    parts = urlsplit(value)
+    example = "write it like http://127.0.0.1:8000"
+    try:
+        parts = urlsplit(value)
+        port = parts.port  # reading it checks it: a ValueError when it is not a number or above 65535
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a URL with a valid port (1-65535); {example}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise argparse.ArgumentTypeError(f"'{value}' is not a URL; write it like http://127.0.0.1:8000")
+        raise argparse.ArgumentTypeError(f"'{value}' is not a URL; {example}")
+    if port is not None and not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"'{value}' has port {port}; use a port from 1 to 65535")
     from kvtier.bench.client import normalize_url
 
     return normalize_url(value)
@@ -134,7 +143,10 @@ def register(sub: Any) -> None:
     shared.add_argument("--qps", type=_positive_float, default=2.0, help="target request rate (default 2)")
     shared.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight at most (default 8)")
     shared.add_argument(
-        "--user-header", default="x-user-id", help="header carrying the user id, for session routing ('' for none)"
+        "--user-header",
+        default=SESSION_HEADER,
+        help=f"header carrying the user id, for session routing (default {SESSION_HEADER}, the session key of "
+        "kvtier's standalone router; '' for none)",
     )
     _common(shared, "completions")
 
@@ -149,7 +161,7 @@ def register(sub: Any) -> None:
         help="send at timestamp x this factor (default 1: real time; 0.1: ten times faster)",
     )
     pace.add_argument("--qps", type=_positive_float, help="ignore timestamps; send at this fixed rate, in order")
-    trace.add_argument("--limit", type=_positive_int, help="replay only the first N lines")
+    trace.add_argument("--limit", type=_positive_int, help="replay only the first N requests of the file")
     trace.add_argument(
         "--max-model-len",
         type=_positive_int,
@@ -209,6 +221,8 @@ def run(args: argparse.Namespace) -> int:
 
     workload = _workload(args)
     salt = args.salt or new_salt()
+    outdir = args.out or Path("bench-results") / f"{workload.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{salt}"
+    created = prepare_out_dir(outdir)  # before any request: a run must not be lost to an unwritable folder
     metrics_urls: tuple[str, ...] | None = None
     if args.no_metrics:
         metrics_urls = ()
@@ -225,8 +239,12 @@ def run(args: argparse.Namespace) -> int:
         ignore_eos=args.ignore_eos,
         label=args.label,
     )
-    result = run_workload(workload, options)
-    outdir = args.out or Path("bench-results") / f"{workload.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}-{salt}"
+    try:
+        result = run_workload(workload, options)
+    except BaseException:
+        if created and not any(outdir.iterdir()):
+            outdir.rmdir()  # leave no empty folder behind a run that sent nothing (no URL answers, Ctrl-C)
+        raise
     files = _write(result, outdir, plots=not args.no_plots)
     if args.json:
         print_json(result.to_json())
@@ -276,14 +294,13 @@ def _workload(args: argparse.Namespace) -> Workload:
             concurrency=args.concurrency,
             user_header=args.user_header or None,
         )
-    from kvtier.bench.trace import load_trace
-    from kvtier.errors import UsageError
+    from kvtier.trace import load_trace
 
-    requests = load_trace(args.trace, limit=args.limit)
+    requests = load_trace(args.trace, block_tokens=args.block_size, limit=args.limit).requests
     replay = w.TraceReplay(
         url=args.url,
         path=args.trace,
-        requests=tuple(requests),
+        requests=requests,
         time_scale=args.time_scale if args.qps is None else None,
         qps=args.qps,
         max_model_len=args.max_model_len,
@@ -299,15 +316,24 @@ def _workload(args: argparse.Namespace) -> Workload:
     return replay
 
 
+def prepare_out_dir(outdir: Path) -> bool:
+    """Create `outdir` if needed and check that files can be written in it (UsageError if not); True if created."""
+    existed = outdir.is_dir()
+    try:
+        outdir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=outdir):
+            pass
+    except OSError as err:
+        raise UsageError(
+            f"cannot write to the output folder {outdir} ({err.strerror or err}); pass a writable --out"
+        ) from err
+    return not existed
+
+
 def _write(result: BenchResult, outdir: Path, *, plots: bool) -> list[Path]:
     from kvtier.bench.plots import write_plots
     from kvtier.bench.report import markdown
-    from kvtier.errors import UsageError
 
-    try:
-        outdir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UsageError(f"cannot create the output folder {outdir}: {err}") from err
     files = [outdir / "result.json", outdir / "summary.md"]
     result.write(files[0])
     pngs = write_plots(result, outdir) if plots else []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
 from kvtier.errors import ExitCode, UsageError
+from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD
 from kvtier.simulate.engine import JANITOR_EVERY_S
 from kvtier.simulate.routers import STRATEGIES
 
@@ -30,6 +32,9 @@ if TYPE_CHECKING:
 PROGRESS_MIN_REQUESTS = 10_000  # show a progress bar when this many requests are replayed in all
 DEFAULT_OUT = Path("out") / "simulate"
 WIDE = 160  # table width when stdout is not a terminal (rich would assume 80)
+# The simulator keeps every replica's L0 and L1 in memory; far beyond any endpoint (the example config runs 2), and
+# a typo's 10**9 would exhaust memory instead of answering.
+MAX_REPLICAS = 1024
 
 
 def register(sub: Any) -> None:
@@ -50,7 +55,8 @@ def register(sub: Any) -> None:
         metavar="STRATEGY",
         help=f"one or more of {', '.join(STRATEGIES)} (default: all)",
     )
-    parser.add_argument("--replicas", type=int, help="replicas (default: the endpoint's)")
+    parser.add_argument("--limit", type=int, help="replay only the first N requests of the trace")
+    parser.add_argument("--replicas", type=int, help=f"replicas, 1 to {MAX_REPLICAS} (default: the endpoint's)")
     parser.add_argument("--l1-gb", type=float, help="L1 CPU DRAM per replica in GiB (default: cache.l1_gb)")
     parser.add_argument(
         "--l2-gb", type=float, nargs="+", metavar="GB", help="L2 budget of the endpoint in GB; several values sweep it"
@@ -69,7 +75,11 @@ def register(sub: Any) -> None:
         "--prefix-min-match", type=int, default=0, metavar="TOKENS", help="prefixaware: least-loaded below this match"
     )
     parser.add_argument(
-        "--kv-aware-threshold", type=int, default=2000, metavar="TOKENS", help="kvaware fallback threshold (2000)"
+        "--kv-aware-threshold",
+        type=int,
+        default=KV_AWARE_THRESHOLD,
+        metavar="TOKENS",
+        help=f"kvaware fallback threshold (default {KV_AWARE_THRESHOLD}, the deployed router's)",
     )
     parser.add_argument("--out", type=Path, help=f"folder for the plots (default {DEFAULT_OUT}/<env>/<lob>/<endpoint>)")
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
@@ -90,12 +100,18 @@ def run(args: argparse.Namespace) -> int:
     from kvtier.simulate.engine import SimConfig, simulate
     from kvtier.simulate.report import gigabytes, json_report, print_report
     from kvtier.simulate.result import SimResult
-    from kvtier.simulate.trace import UnitTrace, load_trace, to_units
+    from kvtier.simulate.trace import UnitTrace, to_units
+    from kvtier.trace import load_trace
 
     _check_flags(args)
     config = load_from_args(args)
     lob, endpoint = _pick(config, args.lob, args.endpoint)
-    trace = load_trace(args.trace)
+    trace = load_trace(args.trace, limit=args.limit)
+    out = args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name
+    if not args.no_plots:
+        from kvtier.cli.bench import prepare_out_dir
+
+        prepare_out_dir(out)  # before the replay: its plots must have somewhere to go
     tier_model = load_tier_model()
     strategies = list(dict.fromkeys(args.routing or STRATEGIES))
     runs: list[tuple[TierModel, UnitTrace, SimConfig, float]] = []
@@ -131,7 +147,6 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_plots:
         from kvtier.simulate.plots import write_plots
 
-        out = args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name
         plots = [str(p) for p in write_plots(results, out, title)]
     first = runs[0][0]
     if args.json:
@@ -165,14 +180,29 @@ def _l2_policy(endpoint: Endpoint, lob: LineOfBusiness, janitor_every_s: float) 
     return {"l2_max_age_s": None, "janitor_every_s": 0.0, "l2_target_fraction": 1.0}
 
 
+def _at_least(value: float, low: float) -> bool:
+    """True for a finite number >= low (NaN and infinities fail every comparison kvtier means)."""
+    return math.isfinite(value) and value >= low
+
+
 def _check_flags(args: argparse.Namespace) -> None:
+    replicas, l1, l2 = args.replicas, args.l1_gb, args.l2_gb or []
     checks = (
-        (args.replicas is not None and args.replicas < 1, f"--replicas {args.replicas}", "give 1 or more"),
-        (args.l1_gb is not None and args.l1_gb < 0, f"--l1-gb {args.l1_gb}", "give 0 (off) or more"),
-        (any(v < 0 for v in args.l2_gb or []), f"--l2-gb {args.l2_gb}", "give sizes of 0 (off) or more"),
-        (args.qps_scale <= 0, f"--qps-scale {args.qps_scale}", "give a factor > 0"),
+        (args.limit is not None and args.limit < 1, f"--limit {args.limit}", "give 1 or more requests"),
+        (
+            replicas is not None and not 1 <= replicas <= MAX_REPLICAS,
+            f"--replicas {replicas}",
+            f"give 1 to {MAX_REPLICAS}",
+        ),
+        (l1 is not None and not _at_least(l1, 0), f"--l1-gb {l1}", "give a finite size, 0 (off) or more"),
+        (not all(_at_least(v, 0) for v in l2), f"--l2-gb {' '.join(map(str, l2))}", "give finite sizes, 0 or more"),
+        (
+            not (_at_least(args.qps_scale, 0) and args.qps_scale > 0),
+            f"--qps-scale {args.qps_scale}",
+            "give a finite factor > 0",
+        ),
         (args.slots < 1, f"--slots {args.slots}", "give 1 or more"),
-        (args.janitor_every < 0, f"--janitor-every {args.janitor_every}", "give seconds >= 0"),
+        (not _at_least(args.janitor_every, 0), f"--janitor-every {args.janitor_every}", "give finite seconds >= 0"),
         (args.prefix_min_match < 0, f"--prefix-min-match {args.prefix_min_match}", "give tokens >= 0"),
         (args.kv_aware_threshold < 0, f"--kv-aware-threshold {args.kv_aware_threshold}", "give tokens >= 0"),
     )

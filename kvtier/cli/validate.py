@@ -36,13 +36,23 @@ def _day2(config: Config, previous: Path) -> list[str]:
 
     if not (previous / "manifest.json").is_file():
         raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
+    try:
+        before = templates(previous)  # read first: a broken folder is found before a full synth
+    except ValueError as err:
+        raise UsageError(f"{err}; pass the cdk.out folder of an earlier synth") from None
     from kvtier.app import build, new_app
 
     with tempfile.TemporaryDirectory() as work:
         app = new_app(work)
         build(app, config)
         app.synth()
-        return [str(c) for c in compare(templates(previous), templates(Path(work)))]
+        after = templates(Path(work))
+    if not set(before) & set(after):
+        raise UsageError(
+            f"{previous}: its stacks ({', '.join(sorted(before)) or 'none'}) are not this environment's "
+            f"({', '.join(sorted(after))}); pass a synth of environment {config.env.name}"
+        )
+    return [str(c) for c in compare(before, after)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,9 +15,10 @@ RFC1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 class StrictModel(BaseModel):
-    """Unknown keys are errors, types are not coerced ("2" is not 2), and loaded values never change."""
+    """Unknown keys are errors, types are not coerced ("2" is not 2), numbers are finite (YAML's .inf and .nan are
+    refused), and loaded values never change."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 def rfc1123_label(max_len: int, what: str) -> AfterValidator:
@@ -45,6 +46,27 @@ def _ipv4_cidr(value: str) -> str:
 
 
 Ipv4Cidr = Annotated[str, AfterValidator(_ipv4_cidr)]
+
+
+# registry/path:tag or @sha256 digest; an image without a tag would silently mean :latest.
+_IMAGE = re.compile(
+    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
+)
+
+
+def _pinned_image(value: str) -> str:
+    if not _IMAGE.match(value):
+        raise ValueError(
+            f"'{value}' is not a pinned container image; write registry/repository:tag (or @sha256:<digest>), "
+            "never without a tag"
+        )
+    if value.rsplit("/", 1)[-1].split("@", maxsplit=1)[0].endswith(":latest"):
+        raise ValueError(f"'{value}' uses the moving tag 'latest'; pin a release tag (or a digest)")
+    return value
+
+
+PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
 
 def positive(value: int | float) -> int | float:

@@ -32,7 +32,9 @@ class BenchConfig(StrictModel):
 
     enabled: bool = False
     num_prompts: Annotated[int, Field(ge=1, le=100_000)] = 200
-    request_rate: Annotated[float, Field(gt=0)] = 4.0  # requests per second (Poisson); .inf sends all at once
+    request_rate: Annotated[float, Field(gt=0, allow_inf_nan=True)] = (
+        4.0  # requests per second (Poisson); .inf sends all at once
+    )
     prefix_len: Annotated[int, Field(ge=1)] = 2048
     suffix_len: Annotated[int, Field(ge=1)] = 256
     num_prefixes: Annotated[int, Field(ge=1)] = 10

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.config.base import FieldError, StrictModel
+from kvtier.config.base import FieldError, PinnedImage, StrictModel
 from kvtier.errors import Problem
 
 if TYPE_CHECKING:  # environment.py imports this module
@@ -35,11 +35,6 @@ IMAGE_SOURCES: dict[str, str] = {
     "livenessprobe": "kubernetes-csi/livenessprobe v2.19.0 (d2d15a5e, 2026-05-21)",
 }
 
-# registry/path:tag or @sha256:digest; no tag would silently mean :latest, which we refuse too.
-_IMAGE = re.compile(
-    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)+"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
-)
 _CPU = re.compile(r"^(\d+)(\.\d{1,3})?$|^(\d+)m$")
 _MEMORY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti)?$")
 _MEMORY_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
@@ -78,16 +73,6 @@ def _memory(value: str) -> str:
     return value
 
 
-def _image(value: str) -> str:
-    if not _IMAGE.match(value):
-        raise ValueError(
-            f"'{value}' is not a pinned container image; write registry/repository:tag (or @sha256:<digest>)"
-        )
-    if value.rsplit("/", 1)[-1].split("@", maxsplit=1)[0].endswith(":latest"):
-        raise ValueError(f"'{value}' uses the moving tag 'latest'; pin a release tag such as {CURVINE_VERSION}")
-    return value
-
-
 def _odd(value: int) -> int:
     if value % 2 == 0:
         raise ValueError(f"{value} masters cannot form a Raft majority safely; use an odd count (1 in dev, 3 in prod)")
@@ -96,7 +81,7 @@ def _odd(value: int) -> int:
 
 Cpu = Annotated[str, AfterValidator(_cpu)]
 Memory = Annotated[str, AfterValidator(_memory)]
-Image = Annotated[str, AfterValidator(_image)]
+Image = PinnedImage
 
 
 class Resources(StrictModel):

@@ -9,7 +9,8 @@ from pydantic import AfterValidator, model_validator
 
 from kvtier.config.base import FieldError, Ipv4Cidr, Items, StrictModel
 
-_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:(iam|sts)::\d{12}:(role|user|assumed-role)/[\w+=,.@/-]+$")
+# EKS access entries take IAM roles and users, not STS session ARNs (EKS API reference, CreateAccessEntry).
+_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
 
 
 def _principal(value: str) -> str:
@@ -29,6 +30,11 @@ class EksConfig(StrictModel):
 
     @model_validator(mode="after")
     def _private_has_no_public_cidrs(self) -> EksConfig:
+        for i, admin in enumerate(self.admins):
+            if self.admins.index(admin) != i:
+                raise FieldError(
+                    f"admins[{i}]", f"'{admin}' is listed twice", "list each principal once (one access entry each)"
+                )
         if self.endpoint_access == "private" and "public_access_cidrs" in self.model_fields_set:
             raise FieldError(
                 "public_access_cidrs",

@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES
-from kvtier.config.base import FieldError, PositiveFloat, PositiveInt, StrictModel, rfc1123_label
+from kvtier.config.base import FieldError, PinnedImage, PositiveFloat, PositiveInt, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
 from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
@@ -20,11 +20,6 @@ L2Backend = Literal["curvine", "tieredstorage", "none"]
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-# registry/path:tag or @sha256 digest; an image without a tag would silently mean :latest.
-_IMAGE = re.compile(
-    r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}(@sha256:[a-f0-9]{64})?|@sha256:[a-f0-9]{64})$"
-)
 # Amazon Managed Prometheus workspace URL, the only Prometheus server the CRD accepts (autoScalingSpec).
 _AMP_URL = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
 DEFAULT_IMAGES: dict[str, str] = {"operator": OPERATOR_VLLM_IMAGE, "standalone": STANDALONE_VLLM_IMAGE}
@@ -45,19 +40,6 @@ def _secret_name(value: str | None) -> str | None:
 def _bucket(value: str) -> str:
     if not _BUCKET.match(value) or ".." in value:
         raise ValueError(f"'{value}' is not an S3 bucket name; use 3-63 lowercase letters, digits, '.' and '-'")
-    return value
-
-
-def _image(value: str | None) -> str | None:
-    if value is None:
-        return None
-    if not _IMAGE.match(value):
-        raise ValueError(
-            f"'{value}' is not a pinned container image; write registry/repository:tag (or @sha256:<digest>), "
-            "never without a tag"
-        )
-    if value.rsplit("/", 1)[-1].split("@", maxsplit=1)[0].endswith(":latest"):
-        raise ValueError(f"'{value}' uses the moving tag 'latest'; pin a release tag (or a digest)")
     return value
 
 
@@ -95,7 +77,7 @@ class ModelShape(StrictModel):
 
 
 class CacheConfig(StrictModel):
-    l1_gb: Annotated[float, Field(ge=0)] = 20.0  # LMCache pinned host DRAM per replica; 0 turns L1 off
+    l1_gb: Annotated[float, Field(ge=0, le=2048)] = 20.0  # LMCache pinned host DRAM per replica; 0 turns L1 off
     l2: L2Backend = "curvine"
     chunk_size: Annotated[int, Field(ge=16, le=4096)] = 256  # tokens per LMCache chunk (one file on L2)
 
@@ -152,7 +134,7 @@ class Endpoint(StrictModel):
     max_model_len: Annotated[int, Field(ge=256)] = 16384
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
-    image: Annotated[str | None, AfterValidator(_image)] = None  # default per mode: DEFAULT_IMAGES (versions.py)
+    image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
     # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.

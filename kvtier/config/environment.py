@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated
 
@@ -43,8 +44,16 @@ def _kubernetes_version(value: str) -> str:
     return value
 
 
+# The tag character set AWS resources accept (AWS tagging docs: letters, spaces, digits, `_ . : / = + - @`).
+_TAG_TEXT = re.compile(r"^[\w\s.:/=+\-@]*$")
+
+
 def _tags(value: dict[str, str]) -> dict[str, str]:
     for key, val in value.items():
+        if not _TAG_TEXT.match(key) or not _TAG_TEXT.match(val):
+            raise ValueError(
+                f"tag '{key}: {val}' has characters AWS refuses; use letters, digits, spaces and _ . : / = + - @"
+            )
         if not 1 <= len(key) <= 128 or len(val) > 256:
             raise ValueError(f"tag '{key}' is too long; keys have 1-128 characters and values at most 256")
         if key.lower().startswith(_RESERVED_TAG_PREFIXES):
@@ -61,7 +70,7 @@ class Environment(StrictModel):
     name: Annotated[str, rfc1123_label(ENV_NAME_MAX, "environment name (RFC 1123 label)")]
     region: Annotated[str, AfterValidator(_region)]
     account: Annotated[str | None, AfterValidator(_account)] = None
-    availability_zones: Annotated[Items[str], Field(min_length=2, max_length=6)]
+    availability_zones: Annotated[Items[str], Field(min_length=1, max_length=6)]  # 2+ for a new cluster
     kubernetes_version: Annotated[str, AfterValidator(_kubernetes_version)] = KUBERNETES_VERSION
     network: NetworkConfig = NetworkConfig()
     eks: EksConfig = EksConfig()
@@ -80,6 +89,12 @@ class Environment(StrictModel):
                     f"zone '{az}' is not in region {self.region}",
                     f"use zones of {self.region}, like {self.region}a and {self.region}b",
                 )
+        if self.hyperpod.existing is None and len(self.availability_zones) < 2:
+            raise FieldError(
+                "availability_zones",
+                f"{len(self.availability_zones)} zone given",
+                "give at least 2: EKS needs subnets in two zones (one zone is fine for an existing cluster)",
+            )
         if len(set(self.availability_zones)) != len(self.availability_zones):
             raise FieldError("availability_zones", "a zone is listed twice", "list each zone once")
         if plan_subnets(self.network.cidr, len(self.availability_zones), self.network.private_subnet_mask) is None:
@@ -110,11 +125,17 @@ class Environment(StrictModel):
                         "this fact is verified in the catalog and cannot be overridden",
                         f"overridable facts of {type_name}: {', '.join(allowed)}",
                     )
-                if value <= 0:
+                if not math.isfinite(value) or value <= 0:
                     raise FieldError(
                         f"catalog_overrides.{type_name}.{fact}",
-                        f"{value} is not positive",
+                        f"{value} is not a positive number",
                         "use a number above 0",
+                    )
+                if fact == "prefill_mfu" and value > 1:
+                    raise FieldError(
+                        f"catalog_overrides.{type_name}.{fact}",
+                        f"{value} is more than the GPU's peak",
+                        "use a fraction of the dense BF16 peak between 0 and 1 (0.5 is the default)",
                     )
         self._existing_cluster_checks()
         for i, lob in enumerate(self.lobs):

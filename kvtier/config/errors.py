@@ -85,8 +85,29 @@ def format_path(loc: Sequence[str | int]) -> str:
     return out
 
 
-def _clean_loc(loc: Sequence[str | int]) -> list[str | int]:
-    return [p for p in loc if _is_path_part(p)]
+def _clean_loc(loc: Sequence[str | int], root: type[BaseModel]) -> list[str | int]:
+    """The location as the YAML spells it: without pydantic's branch names and discriminated-union tags."""
+    out: list[str | int] = []
+    current: list[type[BaseModel]] = [root]
+    for part in loc:
+        if not _is_path_part(part):
+            continue
+        if isinstance(part, int) or not current:
+            out.append(part)
+            continue
+        fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        if fields:
+            out.append(part)
+            current = [model for f in fields for model in _unwrap(f.annotation)]
+        elif len(current) == 1:  # a mapping key below a model (e.g. catalog_overrides.<type>)
+            out.append(part)
+            current = []
+        # else: the tag of a union of models (e.g. `huggingface`): not a key the user wrote
+    return out
+
+
+def _display(value: Any) -> str:
+    return "null" if value is None else repr(value)
 
 
 def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]) -> tuple[str, str, list[str | int]]:
@@ -115,17 +136,28 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
     if kind in _RANGE:
         bound = next(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
         return f"{value!r} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
-    if kind in ("too_short", "too_long"):
+    if kind == "too_short":
+        return f"{ctx.get('actual_length')} item(s) given", f"give at least {ctx.get('min_length')}", loc
+    if kind == "too_long":
+        return f"{ctx.get('actual_length')} items given", f"give at most {ctx.get('max_length')}", loc
+    if kind in ("union_tag_not_found", "union_tag_invalid"):
+        expected = ctx.get("expected_tags") or ctx.get("expected", "")
         return (
-            error["msg"].replace("Tuple", "list").replace("Dictionary", "mapping"),
-            "see the design limits",
+            f"{_display(value)} does not say which kind it is",
+            f"set `{ctx.get('discriminator', '').strip(chr(39))}` to one of {expected}",
             loc,
         )
+    if kind == "finite_number":
+        return f"{value!r} is not a finite number", "use a plain number (.inf and .nan are not allowed)", loc
+    if kind == "string_pattern_mismatch":
+        return f"{value!r} does not have the expected form", f"use a value matching {ctx.get('pattern')}", loc
     if kind in _TYPE_WORDS:
+        if value is None:
+            return "null is given", f"use {_TYPE_WORDS[kind]}", loc
         got = type(value).__name__
         article = "an" if got[0] in "aeiou" else "a"
         return f"{value!r} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
-    return f"{value!r} is invalid ({error['msg']})", "see the example files under config/", loc
+    return f"{_display(value)} is invalid ({error['msg']})", "see the example files under config/", loc
 
 
 def problems_from(
@@ -134,10 +166,10 @@ def problems_from(
     problems: list[Problem] = []
     seen: set[str] = set()
     for error in err.errors(include_url=False):
-        loc = _clean_loc(error["loc"])
+        loc = _clean_loc(error["loc"], root)
         problem, allowed, where = _describe(dict(error), root, loc)
         item = Problem(file, format_path([*prefix, *where]), problem, allowed)
-        if str(item) not in seen:  # unions report one failure per branch; say it once
-            seen.add(str(item))
+        if item.field not in seen:  # a union reports one failure per branch: say the first, once per field
+            seen.add(item.field)
             problems.append(item)
     return problems

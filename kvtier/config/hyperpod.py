@@ -176,6 +176,12 @@ class ExistingNodes(StrictModel):
 
     @model_validator(mode="after")
     def _hardware_and_names(self) -> ExistingNodes:
+        if self.system.selector == self.gpu.selector:
+            raise FieldError(
+                "gpu.selector",
+                "system and gpu nodes have the same selector",
+                "give each role the selector of its own nodes (controllers and Curvine masters must stay off GPU nodes)",
+            )
         seen: set[str] = set()
         roles: tuple[Role, ...] = ("system", "gpu")
         for role in roles:

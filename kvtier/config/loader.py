@@ -47,11 +47,13 @@ def resolve_config_dir(flag: str | None) -> Path:
 
 
 def available_envs(config_dir: Path) -> list[str]:
-    return sorted(p.stem for p in (config_dir / "environments").glob("*.yaml"))
+    return sorted(p.stem for p in (config_dir / "environments").glob("*.yaml") if p.is_file())
 
 
 def _parse(model: type[M], path: Path, shown: str, name: str, what: str) -> tuple[M | None, list[Problem]]:
     """Validate one file; the file's `name` must equal its file name."""
+    if path.is_dir():
+        return None, [Problem(shown, "", "is a directory, not a file", f"replace it with the {what} file")]
     if not path.is_file():
         return None, [
             Problem(shown, "", f"{what} '{name}' has no file", f"create {shown} (see the examples in config/)")
@@ -73,6 +75,10 @@ def _parse(model: type[M], path: Path, shown: str, name: str, what: str) -> tupl
 def load_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
     env_file = config_dir / "environments" / f"{env_name}.yaml"
     shown_env = str(env_file)
+    if env_file.is_dir():
+        raise ConfigError(
+            [Problem(shown_env, "", "is a directory, not a file", "replace it with the environment file")]
+        )
     if not env_file.is_file():
         known = available_envs(config_dir)
         allowed = f"environments here: {', '.join(known)}" if known else f"create {shown_env} (see README)"

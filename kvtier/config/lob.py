@@ -6,7 +6,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from kvtier.config.base import FieldError, Items, PositiveFloat, StrictModel, rfc1123_label
+from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
 from kvtier.config.endpoint import Endpoint, ModelShape
 from kvtier.naming import RESERVED_LOB_NAMES
 
@@ -16,7 +16,7 @@ LOB_NAME_MAX = 20
 class L2Budget(StrictModel):
     """The LOB's share of the Curvine pool, enforced by its janitor (Curvine itself evicts nothing)."""
 
-    budget_gb: PositiveFloat = 200.0
+    budget_gb: Annotated[float, Field(gt=0, le=1_000_000)] = 200.0  # decimal GB
     max_age_hours: Annotated[float, Field(gt=0, le=24 * 365)] = 24.0
 
 

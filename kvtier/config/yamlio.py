@@ -18,6 +18,10 @@ def _construct_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: b
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, str | int | float | bool) and key is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain value, not a {type(key).__name__}", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"key '{key}' appears twice (first on line {seen[key] + 1})", key_node.start_mark
@@ -35,6 +39,10 @@ def read_yaml(path: Path, shown_as: str) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise ConfigError([Problem(shown_as, "", f"cannot be read ({err.strerror})", "check the path")]) from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            [Problem(shown_as, f"byte {err.start}", "is not UTF-8 text", "save the file as UTF-8")]
+        ) from None
     try:
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as err:

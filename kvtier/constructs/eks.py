@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import cast
 
-from aws_cdk import CfnJson, Fn, Stack
+from aws_cdk import Fn, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
@@ -14,6 +14,7 @@ from aws_cdk.lambda_layer_kubectl_v34 import KubectlV34Layer
 from constructs import Construct
 
 from kvtier.config.environment import Environment
+from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, managed_policy
 from kvtier.versions import KUBERNETES_VERSION
 
@@ -70,10 +71,8 @@ class KvtierEks(Construct):
                 eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
                 eks.ClusterLoggingTypes.SCHEDULER,
             ],
-            kubectl_provider_options=eks.KubectlProviderOptions(
-                kubectl_layer=self.kubectl_layer,
-                private_subnets=list(subnets) if private_only else None,
-            ),
+            # aws_eks_v2 runs the kubectl handler in the cluster's private subnets whenever private access is on.
+            kubectl_provider_options=eks.KubectlProviderOptions(kubectl_layer=self.kubectl_layer),
             output_config_command=False,
         )
         # HyperPod's EKS prerequisites use both access entries and the aws-auth ConfigMap
@@ -130,22 +129,11 @@ class KvtierEks(Construct):
 
     def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal:
         """Trust for one Kubernetes service account through the cluster's OIDC provider (IRSA)."""
-        return self.service_accounts_principal(id, namespace, [service_account])
-
-    def service_accounts_principal(
-        self, id: str, namespace: str, service_accounts: Sequence[str], operator: str = "StringEquals"
-    ) -> iam.IPrincipal:
-        subjects = [f"system:serviceaccount:{namespace}:{sa}" for sa in service_accounts]
-        conditions = CfnJson(
+        return irsa_principal(
             self,
             id,
-            value={
-                f"{self._issuer}:aud": "sts.amazonaws.com",
-                f"{self._issuer}:sub": subjects[0] if len(subjects) == 1 else subjects,
-            },
-        )
-        return iam.FederatedPrincipal(
-            self.oidc_provider.open_id_connect_provider_arn,
-            conditions={operator: conditions},
-            assume_role_action="sts:AssumeRoleWithWebIdentity",
+            provider_arn=self.oidc_provider.open_id_connect_provider_arn,
+            issuer=self._issuer,
+            namespace=namespace,
+            service_account=service_account,
         )

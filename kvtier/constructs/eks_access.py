@@ -8,7 +8,6 @@ service account, and the kubectl layer.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Protocol, cast
 
 from aws_cdk import Stack
@@ -22,6 +21,7 @@ from constructs import Construct
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ExistingCluster
 from kvtier.constructs.eks import ADMIN_POLICY
+from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, managed_policy
 
 
@@ -35,10 +35,6 @@ class EksAccess(Protocol):
     def kubectl_layer(self) -> lambda_.ILayerVersion: ...
 
     def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal: ...
-
-    def service_accounts_principal(
-        self, id: str, namespace: str, service_accounts: Sequence[str], operator: str = "StringEquals"
-    ) -> iam.IPrincipal: ...
 
 
 class ExistingEks(Construct):
@@ -118,23 +114,13 @@ class ExistingEks(Construct):
 
     def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal:
         """Trust for one Kubernetes service account through the cluster's OIDC provider (IRSA)."""
-        return self.service_accounts_principal(id, namespace, [service_account])
-
-    def service_accounts_principal(
-        self, id: str, namespace: str, service_accounts: Sequence[str], operator: str = "StringEquals"
-    ) -> iam.IPrincipal:
-        del id  # the issuer is a plain string here: no CfnJson needed for the condition keys
-        issuer = self.existing.oidc_issuer
-        subjects = [f"system:serviceaccount:{namespace}:{sa}" for sa in service_accounts]
-        return iam.FederatedPrincipal(
-            self.existing.oidc_provider_arn,
-            conditions={
-                operator: {
-                    f"{issuer}:aud": "sts.amazonaws.com",
-                    f"{issuer}:sub": subjects[0] if len(subjects) == 1 else subjects,
-                }
-            },
-            assume_role_action="sts:AssumeRoleWithWebIdentity",
+        return irsa_principal(
+            self,
+            id,
+            provider_arn=self.existing.oidc_provider_arn,
+            issuer=self.existing.oidc_issuer,
+            namespace=namespace,
+            service_account=service_account,
         )
 
     def _acknowledge_kubectl_handler(self) -> None:

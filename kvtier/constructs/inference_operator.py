@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import CfnJson, Fn, RemovalPolicy, Stack, Token
+from aws_cdk import Fn, RemovalPolicy, Stack, Token
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
@@ -18,6 +18,7 @@ from constructs import Construct
 
 from kvtier.addons import addon
 from kvtier.config.environment import Environment
+from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.nag import acknowledge, managed_policy
 from kvtier.stacks.manifests import StackOutputs, addon_release
 
@@ -218,6 +219,7 @@ class InferenceOperator(Construct):
             "Holds only the operator's endpoint TLS certificates; CloudTrail records who reads them.",
         )
 
+        # SageMaker may assume the operator's roles only on behalf of this account's resources (confused deputy).
         sagemaker = iam.ServicePrincipal(
             "sagemaker.amazonaws.com",
             conditions={
@@ -241,10 +243,7 @@ class InferenceOperator(Construct):
             self,
             "GatedModelRole",
             role_name=names["gated"],
-            assumed_by=iam.CompositePrincipal(
-                iam.ServicePrincipal("sagemaker.amazonaws.com"),
-                self._irsa("GatedTrust", "*", GATED_SA_PATTERN, like=True),
-            ),
+            assumed_by=iam.CompositePrincipal(sagemaker, self._irsa("GatedTrust", "*", GATED_SA_PATTERN, like=True)),
             description=f"HyperPod Inference JumpStart gated-model downloads, kvtier {env.name}",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(GATED_POLICY)],
         )
@@ -277,9 +276,7 @@ class InferenceOperator(Construct):
             self,
             "KedaRole",
             role_name=names["keda"],
-            assumed_by=iam.CompositePrincipal(
-                iam.ServicePrincipal("sagemaker.amazonaws.com"), self._irsa("KedaTrust", NAMESPACE, KEDA_SA)
-            ),
+            assumed_by=iam.CompositePrincipal(sagemaker, self._irsa("KedaTrust", NAMESPACE, KEDA_SA)),
             description=f"KEDA of the HyperPod Inference add-on (autoscaling metrics), kvtier {env.name}",
         )
         self.keda_role.add_to_policy(
@@ -339,19 +336,14 @@ class InferenceOperator(Construct):
         )
 
     def _irsa(self, id: str, namespace: str, service_account: str, *, like: bool = False) -> iam.IPrincipal:
-        """Web-identity trust for one service account (pattern with `like`) through the cluster's OIDC provider."""
-        conditions = CfnJson(
+        return irsa_principal(
             self,
             id,
-            value={
-                f"{self._issuer}:aud": "sts.amazonaws.com",
-                f"{self._issuer}:sub": f"system:serviceaccount:{namespace}:{service_account}",
-            },
-        )
-        return iam.FederatedPrincipal(
-            self._provider_arn,
-            conditions={"StringLike" if like else "StringEquals": conditions},
-            assume_role_action="sts:AssumeRoleWithWebIdentity",
+            provider_arn=self._provider_arn,
+            issuer=self._issuer,
+            namespace=namespace,
+            service_account=service_account,
+            like=like,
         )
 
     def _grant_tls_bucket(self, role: iam.Role) -> None:

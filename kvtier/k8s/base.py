@@ -6,6 +6,21 @@ from typing import Any
 
 import cdk8s
 
+CLUSTER_SCOPED = frozenset(
+    {
+        "Namespace",
+        "PersistentVolume",
+        "StorageClass",
+        "CSIDriver",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "PriorityClass",
+        "CustomResourceDefinition",
+        "ClusterPolicy",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+)
 PART_OF = {"app.kubernetes.io/part-of": "kvtier", "app.kubernetes.io/managed-by": "kvtier"}
 
 
@@ -21,8 +36,15 @@ class KvtierChart(cdk8s.Chart):
         super().__init__(scope, id, disable_resource_name_hashes=True, labels=dict(PART_OF), namespace=namespace)
 
     def manifests(self) -> list[dict[str, Any]]:
-        """The chart's objects as plain dicts (what EKS applies and dist/ holds)."""
-        return [dict(obj) for obj in self.to_json()]
+        """The chart's objects as plain dicts (what EKS applies and dist/ holds). Cluster-scoped objects lose the
+        chart's namespace, which Kubernetes would ignore anyway, so the files say what the cluster holds."""
+        out = []
+        for raw in self.to_json():
+            obj = dict(raw)
+            if obj.get("kind") in CLUSTER_SCOPED and "namespace" in obj.get("metadata", {}):
+                obj["metadata"] = {k: v for k, v in obj["metadata"].items() if k != "namespace"}
+            out.append(obj)
+        return out
 
 
 def api_object(chart: cdk8s.Chart, id: str, body: dict[str, Any]) -> cdk8s.ApiObject:

@@ -2,7 +2,8 @@
 the endpoint's router, on system nodes, with settings from the endpoint's `bench` section.
 
 Target: `bench.target_url` if set, else the endpoint's router as kvtier names it (kvtier.k8s.endpoint_names):
-- standalone: our router Service `http://<endpoint>-router.kvtier-<lob>.svc.cluster.local:80`;
+- standalone: our router Service, named after the endpoint (`router_service_name`):
+  `http://<endpoint>.kvtier-<lob>.svc.cluster.local:80`;
 - operator: kvtier's Service in front of the operator's router pods (label `app=<endpoint>-kvtier-<lob>-router`,
   port 8081). UNVERIFIED: the operator's own router Service name is not public (/work/notes/operator-addons.md 2.4);
   if the URL is wrong, the Job fails loudly after waiting READY_WAIT_S for it, naming the URL.

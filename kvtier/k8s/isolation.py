@@ -27,7 +27,8 @@ from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, OPERATOR_NAM
 from kvtier.k8s.namespace import LOB_LABEL
 from kvtier.naming import lob_namespace
 
-# Routers, the janitor and benchmark Jobs of one LOB run on system nodes; this bounds them.
+# The LOB's pods without a GPU: routers and benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only
+# there is L2 mounted); this allowance, on top of the GPU share, bounds them.
 SYSTEM_ALLOWANCE_CPU = 8
 SYSTEM_ALLOWANCE_MEMORY_GIB = 16
 METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"

@@ -4,6 +4,12 @@ Kyverno rewiring, so no two paths drift.
 Keys are LMCache 0.4.3 `_CONFIG_DEFINITIONS` names (tests parse them with LMCache's own loader). LMCache reads
 `LMCACHE_CONFIG_FILE` first and then lets `LMCACHE_<KEY>` variables override it (`lmcache_get_or_create_config`,
 0.3.9-0.5.6), so the environment we set also wins over any file the operator may mount.
+
+Host memory: `cache.l1_gb` is per replica. LMCache 0.4.3 starts one engine in each vLLM worker process, i.e. per
+tensor-parallel rank (`integration/vllm/vllm_service_factory.py::get_or_create_lmcache_engine`, metadata with
+`worker_id=parallel_config.rank`), and each engine pins `max_local_cpu_size * 1024**3` bytes
+(`v1/cache_engine.py`, `MixedMemoryAllocator`). So each rank gets `l1_gb / tensor_parallel`, and the same for the
+staging buffer; the replica pins `l1_gb` in all.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from kvtier.catalog import LMCACHE_STAGING_GIB
 from kvtier.config.endpoint import CacheConfig
 from kvtier.k8s.curvine import names as curvine_names
 
@@ -23,8 +30,9 @@ L2_VOLUME = "kvtier-l2"
 HASH_SEED = "0"
 # `cachegen` silently never stores with remote connectors (curvine-lmcache.md 2.6).
 SERDE = "naive"
-# With L1 off LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with local_cpu=False).
-L2_STAGING_GB = 2.0
+# With L1 off LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with local_cpu=False); GiB per
+# replica, like l1_gb (the catalog's fact, which the planner also counts).
+L2_STAGING_GB = LMCACHE_STAGING_GIB.value
 # Marks the vLLM container of an operator pod whose L2 Kyverno rewires to Curvine (read by the per-LOB Policy).
 L2_MARKER = "KVTIER_L2_BACKEND"
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
@@ -34,6 +42,10 @@ CONTROLLER_PULL_PORT = 9000
 CONTROLLER_REPLY_PORT = 9001
 CONTROLLER_HEARTBEAT_PORT = 9002
 WORKER_PORT_BASE = 8001  # one LMCache worker port per tensor-parallel rank: 8001, 8002, ...
+# kvaware: the router falls back (session key, else QPS) when the best pod matched fewer than len(prompt) - this many
+# tokens: production-stack's `--kv-aware-threshold` default (/work/notes/vllm-lmcache-router.md 3.2 and 3.4). The
+# router chart sets it and `kvtier simulate` models it; here because both must import it without cdk8s.
+KV_AWARE_THRESHOLD = 2000
 
 
 def env_name(key: str) -> str:
@@ -58,17 +70,41 @@ class Controller:
         return [WORKER_PORT_BASE + rank for rank in range(self.tensor_parallel)]
 
 
-def lmcache_config(cache: CacheConfig, endpoint: str, controller: Controller | None = None) -> dict[str, Any]:
+def l1_pinned_gib(cache: CacheConfig) -> float:
+    """Host memory LMCache pins in one replica, in GiB (all its ranks together): `l1_gb`, or the L2 staging buffer
+    when L1 is off and an L2 is on. Pod memory requests and the planner's node-RAM check count this."""
+    if cache.l1_gb > 0:
+        return float(cache.l1_gb)
+    return L2_STAGING_GB if cache.l2 != "none" else 0.0
+
+
+def rank_cpu_size_gib(cache: CacheConfig, tensor_parallel: int) -> float:
+    """`max_local_cpu_size` of each of a replica's `tensor_parallel` LMCache engines (one per rank)."""
+    if tensor_parallel < 1:
+        raise ValueError(f"tensor_parallel {tensor_parallel} is below 1")
+    return l1_pinned_gib(cache) / tensor_parallel
+
+
+def lmcache_config(
+    cache: CacheConfig, endpoint: str, controller: Controller | None = None, *, tensor_parallel: int | None = None
+) -> dict[str, Any]:
     """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2.
 
-    `remote_url` is set for `l2: curvine` only; for `tieredstorage` the operator injects its own.
+    `remote_url` is set for `l2: curvine` only; for `tieredstorage` the operator injects its own. `tensor_parallel`
+    is the endpoint's (ranks per replica); it defaults to the controller's, else 1.
     """
+    if controller is not None and tensor_parallel is not None and controller.tensor_parallel != tensor_parallel:
+        raise ValueError(
+            f"tensor_parallel {tensor_parallel} differs from the controller's {controller.tensor_parallel}"
+        )
+    if tensor_parallel is None:
+        tensor_parallel = controller.tensor_parallel if controller is not None else 1
     if cache.l1_gb == 0 and cache.l2 == "none":
         return {}
     config: dict[str, Any] = {
         "chunk_size": cache.chunk_size,
         "local_cpu": cache.l1_gb > 0,
-        "max_local_cpu_size": float(cache.l1_gb) if cache.l1_gb > 0 else L2_STAGING_GB,
+        "max_local_cpu_size": rank_cpu_size_gib(cache, tensor_parallel),
         "save_unfull_chunk": False,  # whole chunks only: one L2 file per `chunk_size` tokens
         "remote_serde": SERDE,
     }

@@ -79,7 +79,8 @@ def vllm_args(endpoint: Endpoint) -> list[str]:
 
 def worker_env(endpoint: Endpoint) -> list[dict[str, str]]:
     """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one)."""
-    env = lmcache_env(lmcache_config(endpoint.cache, endpoint.name), omit=frozenset({"remote_url"}))
+    config = lmcache_config(endpoint.cache, endpoint.name, tensor_parallel=endpoint.tensor_parallel)
+    env = lmcache_env(config, omit=frozenset({"remote_url"}))
     env += [hash_seed_env(), {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
     if endpoint.cache.l2 == "curvine":
         env.append({"name": L2_MARKER, "value": "curvine"})

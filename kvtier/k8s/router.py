@@ -26,6 +26,7 @@ from kvtier.k8s.endpoint_names import (
     ENGINE_PORT,
     ROUTER_CONTAINER_PORT,
     ROUTER_PORT,
+    SESSION_HEADER,
     router_labels,
     router_name,
     router_service_name,
@@ -34,6 +35,7 @@ from kvtier.k8s.lmcache import (
     CONTROLLER_HEARTBEAT_PORT,
     CONTROLLER_PULL_PORT,
     CONTROLLER_REPLY_PORT,
+    KV_AWARE_THRESHOLD,
     hash_seed_env,
 )
 from kvtier.naming import lob_namespace
@@ -42,8 +44,6 @@ from kvtier.versions import ROUTER_IMAGE
 
 __all__ = ["SESSION_HEADER", "add_router", "router_service_name"]
 
-SESSION_HEADER = "x-session-id"
-KV_AWARE_THRESHOLD = 2000  # tokens: below `len(prompt) - threshold` matched, fall back (router default)
 ENGINE_STATS_INTERVAL_S = 15
 
 

@@ -1,9 +1,10 @@
 """GPU, CPU and memory of one vLLM replica, from its instance type, tensor parallelism and L1 size.
 
 Per tensor-parallel rank: one GPU, half the vCPUs that come with a GPU, and a quarter of the host memory that comes
-with a GPU, raised to hold what the planner counts as pinned (LMCache's L1 plus the vLLM processes, kvtier/planner/
-host.py), so requests and the node-RAM check agree. On `ml.g6e.4xlarge` with TP 1 and a 20 GB L1 this is the reference
-deployment's request: cpu 8, memory 32Gi, 1 GPU (reference aws-hyperpod.md 5, step 2).
+with a GPU, raised to hold what the planner counts as pinned (LMCache's L1 of the whole replica, all ranks together,
+plus the vLLM processes, kvtier/planner/host.py), so requests and the node-RAM check agree. On `ml.g6e.4xlarge` with
+TP 1 and a 20 GB L1 this is the reference deployment's request: cpu 8, memory 32Gi, 1 GPU (reference aws-hyperpod.md
+5, step 2).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from kvtier.catalog import VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB, InstanceType
 from kvtier.config.endpoint import CacheConfig
-from kvtier.k8s.lmcache import L2_STAGING_GB
+from kvtier.k8s.lmcache import l1_pinned_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -30,13 +31,6 @@ class WorkerSize:
         the LOB quota's `limits.cpu` is met without the LimitRange's small default CPU limit."""
         values = {"cpu": str(self.cpu), "memory": f"{self.memory_gib}Gi", GPU_RESOURCE: str(self.gpus)}
         return {"requests": dict(values), "limits": dict(values)}
-
-
-def l1_pinned_gib(cache: CacheConfig) -> float:
-    """Host memory LMCache pins at start (its `max_local_cpu_size` is in GiB: size * 1024**3)."""
-    if cache.l1_gb > 0:
-        return cache.l1_gb
-    return L2_STAGING_GB if cache.l2 != "none" else 0.0
 
 
 def worker_size(instance: InstanceType, tensor_parallel: int, cache: CacheConfig) -> WorkerSize:

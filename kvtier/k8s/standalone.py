@@ -59,7 +59,9 @@ def lmcache_controller(lob: str, endpoint: Endpoint) -> Controller | None:
 
 
 def endpoint_lmcache_config(lob: str, endpoint: Endpoint) -> dict[str, Any]:
-    return lmcache_config(endpoint.cache, endpoint.name, lmcache_controller(lob, endpoint))
+    return lmcache_config(
+        endpoint.cache, endpoint.name, lmcache_controller(lob, endpoint), tensor_parallel=endpoint.tensor_parallel
+    )
 
 
 def config_map_name(endpoint: str) -> str:

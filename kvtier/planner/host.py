@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvtier.catalog import LMCACHE_STAGING_GIB, SYSTEM_RESERVE_GIB, VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB
+from kvtier.catalog import SYSTEM_RESERVE_GIB, VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB
 from kvtier.config.endpoint import Endpoint
+from kvtier.k8s.lmcache import l1_pinned_gib  # what the charts tell LMCache to pin (a light module: no cdk8s)
 
 
 @dataclass(frozen=True)
@@ -24,22 +25,13 @@ class PodMemory:
         return self.l1_gib + self.vllm_gib
 
 
-def l1_pinned_gib(endpoint: Endpoint) -> float:
-    """LMCache sizes max_local_cpu_size in GiB (it allocates size x 1024**3 bytes); `l1_gb` is that figure per
-    replica. With L1 off and an L2 on, LMCache still pins a staging buffer."""
-    cache = endpoint.cache
-    if cache.l1_gb > 0:
-        return cache.l1_gb
-    return LMCACHE_STAGING_GIB.value if cache.l2 != "none" else 0.0
-
-
 def pod_memory(lob: str, endpoint: Endpoint) -> PodMemory:
     tp = endpoint.tensor_parallel
     return PodMemory(
         lob=lob,
         endpoint=endpoint.name,
         gpus=tp,
-        l1_gib=l1_pinned_gib(endpoint),
+        l1_gib=l1_pinned_gib(endpoint.cache),  # the replica's, over all its ranks
         vllm_gib=VLLM_HOST_BASE_GIB.value + VLLM_HOST_PER_RANK_GIB.value * tp,
     )
 

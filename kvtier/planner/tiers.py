@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,6 +20,9 @@ from kvtier.planner.speed import speeds
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
 
+# Largest override of a size (and of replicas): an exabyte, beyond any deployment, and small enough that byte and
+# token counts stay finite (1e300 GB would overflow a float).
+OVERRIDE_MAX_GB = 1e9
 L2_SHARE_RULES = {
     "curvine": "the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints",
     "tieredstorage": "HyperPod Tiered Storage (memory_percent of every GPU node's RAM) split equally among the "
@@ -69,6 +73,11 @@ def endpoint_tiers(
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
     l1_bytes = (endpoint.cache.l1_gb if l1_gb is None else l1_gb) * GIB
+    # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/k8s/lmcache.py).
+    # Every rank stores the same chunks, each with only its own KV heads (LMCache's kv_shape uses vLLM's per-GPU
+    # head count), so the replica's L1 holds (l1 / tp) / (per-rank bytes per token) tokens: l1 / kv_bytes_per_token
+    # when the KV heads divide evenly, fewer when TP exceeds the KV heads and ranks hold copies of a head.
+    l1_tokens = int(l1_bytes / tp // budget.kv_bytes_per_token)
     share = l2_share(env, lobs, lob, endpoint)
     l2_bytes = share.bytes if l2_gb is None or share.backend == "none" else l2_gb * GB
     return TierModel(
@@ -77,7 +86,7 @@ def endpoint_tiers(
         block_tokens=endpoint.block_size,
         replicas=endpoint.replicas if replicas is None else replicas,
         l0_tokens=budget.tokens,
-        l1_tokens=int(l1_bytes // kv),
+        l1_tokens=l1_tokens,
         l2_tokens=int(l2_bytes // kv),
         l1_load_s_per_token=speed.l1_s_per_token,
         l2_load_s_per_token=speed.l2_s_per_token if share.backend != "none" else float("inf"),
@@ -112,8 +121,9 @@ def tier_model(
 ) -> TierModel:
     """The tier model of `lob`/`endpoint` in a loaded config (overrides as used by `kvtier simulate`)."""
     for name, value in (("replicas", replicas), ("l1_gb", l1_gb), ("l2_gb", l2_gb)):
-        if value is not None and value < (1 if name == "replicas" else 0):
-            raise UsageError(f"{name} override {value} is out of range; use {'>= 1' if name == 'replicas' else '>= 0'}")
+        low = 1 if name == "replicas" else 0
+        if value is not None and not (math.isfinite(value) and low <= value <= OVERRIDE_MAX_GB):
+            raise UsageError(f"{name} override {value} is out of range; use a number from {low} to {OVERRIDE_MAX_GB:g}")
     found_lob, found = find_endpoint(config, lob, endpoint)
     model = endpoint_model(found_lob, found, config.files.get(found_lob.name, f"lobs/{found_lob.name}.yaml"))
     return endpoint_tiers(config.env, config.lobs, found_lob, found, model, replicas=replicas, l1_gb=l1_gb, l2_gb=l2_gb)

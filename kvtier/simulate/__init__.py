@@ -7,7 +7,8 @@ trace; the CLI gets the TierModel from the planner, so `plan` and `simulate` nev
 from kvtier.simulate.engine import SimConfig, simulate
 from kvtier.simulate.result import SimResult, TierTokens
 from kvtier.simulate.routers import STRATEGIES
-from kvtier.simulate.trace import Trace, TraceRequest, load_trace, parse_trace, to_units
+from kvtier.simulate.trace import to_units
+from kvtier.trace import Trace, TraceRequest, load_trace, parse_trace
 
 __all__ = [
     "STRATEGIES",

@@ -22,7 +22,8 @@ from kvtier.benchdoc import write_section
 from kvtier.planner.model import TierModel
 from kvtier.simulate.engine import SimConfig, simulate
 from kvtier.simulate.routers import STRATEGIES
-from kvtier.simulate.trace import Trace, TraceRequest, UnitTrace, load_trace, to_units
+from kvtier.simulate.trace import UnitTrace, to_units
+from kvtier.trace import Trace, TraceRequest, load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
 # Hand-set, Qwen3-8B-on-L40S-like sizes; speed depends on the work per request, not on these values. No length
@@ -50,10 +51,10 @@ def tiled(trace: Trace, factor: float) -> Trace:
     if factor <= 1:
         return Trace(trace.requests[: max(1, round(len(trace) * factor))], trace.block_tokens, trace.source)
     span = max(r.timestamp_ms for r in trace.requests) + 1000.0
-    offset = max(max(r.blocks) for r in trace.requests) + 1
+    offset = max(max(r.hash_ids) for r in trace.requests) + 1
     copies = [
         TraceRequest(
-            r.timestamp_ms + k * span, r.input_tokens, r.output_tokens, tuple(b + k * offset for b in r.blocks)
+            r.timestamp_ms + k * span, r.input_length, r.output_length, tuple(b + k * offset for b in r.hash_ids)
         )
         for k in range(round(factor))
         for r in trace.requests
@@ -81,7 +82,7 @@ def measure(trace: Trace, repeat: int) -> str:
         f"Measured with `python -m kvtier.simulate.bench` on {platform.python_implementation()} "
         f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs (the simulator uses one). "
         f"Trace: `{Path(trace.source).name}` ({len(trace):,} requests, "
-        f"{sum(r.input_tokens for r in trace.requests) / len(trace):,.0f} prompt tokens on average). "
+        f"{sum(r.input_length for r in trace.requests) / len(trace):,.0f} prompt tokens on average). "
         f"Hand-set tiers: {MODEL.replicas} replicas, L0 {MODEL.l0_tokens:,}, L1 {MODEL.l1_tokens:,} tokens per "
         f"replica, L2 {MODEL.l2_tokens:,} tokens; no length cap, so every request is simulated. "
         f"CPU seconds, best of {repeat} runs; excludes loading the trace and Python start-up.",

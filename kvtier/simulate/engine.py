@@ -25,11 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvtier.errors import UsageError
+from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.planner.model import TierModel
 from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
-from kvtier.simulate.trace import Trace, UnitTrace, to_units
+from kvtier.simulate.trace import UnitTrace, to_units
+from kvtier.trace import Trace
 
 PROGRESS_EVERY = 256  # requests between progress callbacks
 # The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): schedule "*/10 * * * *", and once over budget it
@@ -50,16 +52,19 @@ class SimConfig:
     janitor_every_s: float = JANITOR_EVERY_S  # janitor sweep period; 0 applies age and budget at every write
     l2_target_fraction: float = JANITOR_TARGET_FRACTION  # an over-budget sweep deletes down to this share
     prefix_min_match_tokens: int = 0  # prefixaware: shorter matches go to the least-loaded replica
-    kv_aware_threshold: int = 2000  # kvaware: fall back when matched < prompt - threshold tokens
+    kv_aware_threshold: int = KV_AWARE_THRESHOLD  # kvaware: fall back when matched < prompt - threshold tokens
 
     def __post_init__(self) -> None:
         if self.routing not in STRATEGIES:
             raise UsageError(f"unknown routing strategy '{self.routing}'; use one of {', '.join(STRATEGIES)}")
         if self.slots < 1:
             raise UsageError(f"slots {self.slots} is below 1; give at least one concurrent prefill per replica")
-        if self.qps_scale <= 0:
-            raise UsageError(f"qps scale {self.qps_scale} is not positive; give a factor > 0")
-        if self.janitor_every_s < 0 or (self.l2_max_age_s is not None and self.l2_max_age_s <= 0):
+        if not (math.isfinite(self.qps_scale) and self.qps_scale > 0):
+            raise UsageError(f"qps scale {self.qps_scale} is not positive; give a finite factor > 0")
+        age = self.l2_max_age_s
+        if not (math.isfinite(self.janitor_every_s) and self.janitor_every_s >= 0) or (
+            age is not None and not (math.isfinite(age) and age > 0)
+        ):
             raise UsageError("janitor period and L2 max age must be positive; give seconds > 0 (period 0: always)")
         if not 0 < self.l2_target_fraction <= 1:
             raise UsageError(f"L2 target fraction {self.l2_target_fraction} is outside (0, 1]; give e.g. 0.9")

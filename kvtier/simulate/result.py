@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kvtier.bench.stats import percentile
+
 TIERS = ("l0", "l1", "l2_same", "l2_other")  # L2 split by who wrote the chunk: this replica or another
 
 
@@ -85,22 +87,18 @@ class SimResult:
         return data
 
 
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), on values already sorted."""
-    if not sorted_values:
-        return math.nan
-    position = (len(sorted_values) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
-
-
 def summarize_ttft(values: Sequence[float]) -> dict[str, float]:
+    """Percentiles (kvtier.bench.stats, numpy's linear rule), mean and max; NaN when nothing was served."""
     ordered = sorted(values)
+
+    def at(q: float) -> float:
+        value = percentile(ordered, q)
+        return math.nan if value is None else value
+
     return {
-        "p50": percentile(ordered, 50),
-        "p90": percentile(ordered, 90),
-        "p99": percentile(ordered, 99),
+        "p50": at(50),
+        "p90": at(90),
+        "p99": at(99),
         "mean": sum(ordered) / len(ordered) if ordered else math.nan,
         "max": ordered[-1] if ordered else math.nan,
     }

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
+from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD
 from kvtier.simulate.cache import LRU
 
 Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware"]
@@ -124,9 +125,10 @@ class KvAware:
     """production-stack's kvaware: asks LMCache's controller which replica holds the longest prefix, here in its
     L0 or L1 (the controller hears of L1 admissions, not of L2; L1 is written through, so it mostly covers L0). Routes
     there (queue length, then seeded random, among equals) unless nothing matches or the match is shorter
-    than the prompt minus `threshold` tokens (kv_aware_threshold, default 2000); then to the least-loaded."""
+    than the prompt minus `threshold` tokens (the router's --kv-aware-threshold, KV_AWARE_THRESHOLD by default); then
+    to the least-loaded."""
 
-    def __init__(self, view: ClusterView, unit_tokens: int, threshold: int = 2000) -> None:
+    def __init__(self, view: ClusterView, unit_tokens: int, threshold: int = KV_AWARE_THRESHOLD) -> None:
         self.view = view
         self.unit_tokens = unit_tokens
         self.threshold = threshold
@@ -156,7 +158,12 @@ class KvAware:
 
 
 def make_router(
-    strategy: str, view: ClusterView, unit_tokens: int, *, min_match_tokens: int = 0, kv_aware_threshold: int = 2000
+    strategy: str,
+    view: ClusterView,
+    unit_tokens: int,
+    *,
+    min_match_tokens: int = 0,
+    kv_aware_threshold: int = KV_AWARE_THRESHOLD,
 ) -> Router:
     if strategy == "roundrobin":
         return RoundRobin(view)

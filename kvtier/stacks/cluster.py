@@ -27,7 +27,6 @@ from kvtier.constructs.hyperpod_dependencies import (
 )
 from kvtier.constructs.network import KvtierNetwork
 from kvtier.constructs.tiered_storage import TieredStorageSetting
-from kvtier.errors import ConfigError, Problem
 from kvtier.stacks.base import KvtierStack
 from kvtier.stacks.manifests import HelmRelease
 
@@ -63,23 +62,6 @@ class ClusterStack(KvtierStack):
                 source="reference aws-hyperpod.md 7",
             )
         )
-
-
-def _check_addon_names(existing: ExistingCluster) -> None:
-    """`install.addons` names add-ons of the cluster stack (kvtier.constructs.addons) or a whole phase."""
-    known = [a.name for phase in ADDON_GROUPS for a in addons(phase)]
-    problems = [
-        Problem(
-            "environment",
-            f"hyperpod.existing.install.addons[{i}]",
-            f"'{name}' is not an add-on of the cluster stack",
-            f"use phases {', '.join(ADDON_GROUPS)} or names {', '.join(known)}",
-        )
-        for i, name in enumerate(existing.install.addons)
-        if name not in known and name not in ADDON_GROUPS
-    ]
-    if problems:
-        raise ConfigError(problems)
 
 
 def cluster_stack(scope: Construct, env: Environment, network: KvtierNetwork | None) -> ClusterStack:
@@ -120,6 +102,7 @@ class NewClusterStack(ClusterStack):
             security_group=network.node_security_group,
             kubectl_layer=self.eks.kubectl_layer,
         )
+        self.hyperpod_dependencies.resource.node.add_dependency(*self.network_addons.addons.values())
         # 4. The HyperPod cluster.
         self.hyperpod = HyperPodCluster(
             self,
@@ -181,7 +164,6 @@ class ExistingClusterStack(ClusterStack):
             env,
             f"kvtier {env.name}: the existing cluster {existing.eks_cluster_name} (imported), Tiered Storage",
         )
-        _check_addon_names(existing)
         self.existing = existing
         self.existing_eks = ExistingEks(self, "Eks", env=env, existing=existing)
         self.eks = self.existing_eks

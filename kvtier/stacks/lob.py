@@ -2,8 +2,10 @@
 
 One method per concern, each applying its own chart (one file in dist/) after the namespace: isolation (quota,
 limits, network policies, the model-reader service account), the L2 volume and its janitor, the Kyverno policy,
-then the endpoints (which need all three), then their benchmark Jobs. The Pod Identity role for S3 model weights
-is the stack's only IAM resource. Nothing here refers to another LOB.
+then the endpoints (which need all three), then their benchmark Jobs. A LOB with S3 model weights also gets its
+Pod Identity role (the stack's only IAM resource): standalone engines read through it; in operator mode the
+operator mounts weights with the cluster's S3 CSI driver instead (README "Lines of business"). Nothing here
+refers to another LOB.
 """
 
 from __future__ import annotations
@@ -128,10 +130,14 @@ class LobStack(KvtierStack):
         else:
             add_standalone_engine(chart, self.config_env, self.lob.name, endpoint)
             add_router(chart, self.config_env, self.lob.name, endpoint)
-        # The policy must be active before the first pod, and pods need their L2 claim.
-        return self._apply(
+        # The policy must be active before the first pod, pods need their L2 claim, and pods reading S3 weights
+        # need their Pod Identity association (credentials are given at pod start).
+        manifest = self._apply(
             f"Endpoint-{endpoint.name}", chart, self.namespace_manifest, self.isolation, self.l2, self.admission
         )
+        if self.model_access is not None:
+            manifest.node.add_dependency(self.model_access)
+        return manifest
 
     def _benchmark(self, endpoint: Endpoint) -> eks.KubernetesManifest:
         """The endpoint's benchmark Job (`bench.enabled`), created after the endpoint; it waits for it to serve."""

@@ -16,7 +16,7 @@ from kvtier.k8s.base import KvtierChart
 class HelmRelease:
     """A Helm release or EKS add-on a stack installs: listed in dist/<env>/<stack>/README.md."""
 
-    kind: str  # "helm" or "eks-addon" or "custom-resource"
+    kind: str  # "helm", "eks-addon" or "helm (custom resource)"
     name: str
     chart: str
     version: str

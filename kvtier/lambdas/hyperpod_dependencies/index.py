@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tarfile
 import tempfile
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -27,21 +28,37 @@ from botocore.signers import RequestSigner
 ARCHIVE_URL = "https://codeload.github.com/{repo}/tar.gz/{commit}"
 HELM = os.environ.get("HELM_BINARY", "/opt/helm/helm")
 DOWNLOAD_TIMEOUT_S = 120
-HELM_TIMEOUT_S = 600
+SAFETY_MARGIN_S = 20  # left for reporting an error before the Lambda itself is stopped
+DEFAULT_BUDGET_S = 600  # outside Lambda (tests, local runs)
 
 
-def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
+class Budget:
+    """The time this invocation has left, so a slow helm ends with its own error, not 'Task timed out'."""
+
+    def __init__(self, context: Any = None) -> None:
+        remaining = context.get_remaining_time_in_millis() / 1000 if context is not None else DEFAULT_BUDGET_S
+        self.deadline = time.monotonic() + max(1.0, remaining - SAFETY_MARGIN_S)
+
+    def seconds(self, cap: float | None = None) -> float:
+        left = max(1.0, self.deadline - time.monotonic())
+        return min(left, cap) if cap is not None else left
+
+
+def on_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    budget = Budget(context)
     props = event["ResourceProperties"]
     release, namespace = props["ReleaseName"], props["Namespace"]
     physical_id = f"{namespace}/{release}"
     with tempfile.TemporaryDirectory() as work:
         kubeconfig = write_kubeconfig(props["ClusterName"], props["Region"], Path(work))
         if event["RequestType"] == "Delete":
-            if event.get("PhysicalResourceId") == physical_id and release_exists(release, namespace, kubeconfig):
-                helm(["uninstall", release, "--namespace", namespace], kubeconfig)
+            if event.get("PhysicalResourceId") == physical_id and release_exists(
+                release, namespace, kubeconfig, budget
+            ):
+                helm(["uninstall", release, "--namespace", namespace], kubeconfig, budget)
             return {"PhysicalResourceId": physical_id}
-        chart = fetch_chart(props["Repository"], props["Commit"], props["ChartPath"], Path(work))
-        helm(["dependency", "update", str(chart)], kubeconfig)
+        chart = fetch_chart(props["Repository"], props["Commit"], props["ChartPath"], Path(work), budget)
+        helm(["dependency", "update", str(chart)], kubeconfig, budget)
         values = Path(work) / "values.json"
         values.write_text(props.get("Values", "{}"), encoding="utf-8")
         helm(
@@ -58,15 +75,17 @@ def on_event(event: dict[str, Any], _context: Any) -> dict[str, Any]:
                 "5",
             ],
             kubeconfig,
+            budget,
         )
     return {"PhysicalResourceId": physical_id, "Data": {"Commit": props["Commit"]}}
 
 
-def fetch_chart(repo: str, commit: str, chart_path: str, work: Path) -> Path:
+def fetch_chart(repo: str, commit: str, chart_path: str, work: Path, budget: Budget | None = None) -> Path:
     """Download the archive of `repo` at `commit` and extract only `chart_path` (safely) under `work`."""
     url = ARCHIVE_URL.format(repo=repo, commit=commit)
     archive = work / "source.tar.gz"
-    with urllib.request.urlopen(url, timeout=DOWNLOAD_TIMEOUT_S) as response, archive.open("wb") as out:
+    timeout = (budget or Budget()).seconds(DOWNLOAD_TIMEOUT_S)
+    with urllib.request.urlopen(url, timeout=timeout) as response, archive.open("wb") as out:
         shutil.copyfileobj(response, out)
     target = work / "source"
     with tarfile.open(archive, "r:gz") as tar:
@@ -86,23 +105,36 @@ def _under(member: str, chart_path: str) -> bool:
     return len(parts) == 2 and (parts[1] == chart_path or parts[1].startswith(chart_path.rstrip("/") + "/"))
 
 
-def release_exists(release: str, namespace: str, kubeconfig: Path) -> bool:
-    result = subprocess.run(
-        [HELM, "status", release, "--namespace", namespace, "--kubeconfig", str(kubeconfig)],
-        capture_output=True,
-        text=True,
-        timeout=HELM_TIMEOUT_S,
-        check=False,
-    )
+def release_exists(release: str, namespace: str, kubeconfig: Path, budget: Budget | None = None) -> bool:
+    try:
+        result = subprocess.run(
+            [HELM, "status", release, "--namespace", namespace, "--kubeconfig", str(kubeconfig)],
+            capture_output=True,
+            text=True,
+            timeout=(budget or Budget()).seconds(),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("helm status did not finish in the time this Lambda had left") from None
     return result.returncode == 0
 
 
-def helm(args: list[str], kubeconfig: Path) -> str:
-    result = subprocess.run(
+def helm(args: list[str], kubeconfig: Path, budget: Budget | None = None) -> str:
+    try:
+        result = _run_helm(args, kubeconfig, (budget or Budget()).seconds())
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"helm {args[0]} did not finish in the time this Lambda had left") from None
+    if result.returncode != 0:
+        raise RuntimeError(f"helm {args[0]} failed: {result.stderr.strip() or result.stdout.strip()}")
+    return result.stdout
+
+
+def _run_helm(args: list[str], kubeconfig: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         [HELM, *args, "--kubeconfig", str(kubeconfig)],
         capture_output=True,
         text=True,
-        timeout=HELM_TIMEOUT_S,
+        timeout=timeout,
         check=False,
         env={
             **os.environ,
@@ -111,9 +143,6 @@ def helm(args: list[str], kubeconfig: Path) -> str:
             "HELM_DATA_HOME": "/tmp/helm/data",
         },
     )
-    if result.returncode != 0:
-        raise RuntimeError(f"helm {args[0]} failed: {result.stderr.strip() or result.stdout.strip()}")
-    return result.stdout
 
 
 def write_kubeconfig(cluster_name: str, region: str, work: Path, session: boto3.session.Session | None = None) -> Path:

@@ -1,0 +1,138 @@
+"""Mooncake-format request traces: the one parser behind `kvtier bench trace` and `kvtier simulate`.
+
+A line is `{"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}`; `hash_ids` are
+prefix-chained ids of 512-token blocks, one per block of the prompt (equal leading ids = reusable prefix; the last
+block may be partial). Source: kvcache-ai/Mooncake@3b5a594:FAST25-release/ (README and traces/; /work/notes/
+refs-bench.md). Every line of its conversation (12,031) and synthetic (3,993) traces has all four keys, one id per
+block and an output_length of at least 1, so the parser requires them (vLLM also rejects `max_tokens` below 1).
+
+Any problem is a TraceError naming the file and line (exit 2, no traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from kvtier.errors import UsageError
+
+MOONCAKE_BLOCK_TOKENS = 512  # Mooncake traces hash 512-token blocks
+FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+
+
+class TraceError(UsageError):
+    """The trace file is unreadable or not in Mooncake format (exit 2, no traceback)."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    timestamp_ms: float
+    input_length: int  # prompt tokens
+    output_length: int  # generated tokens (>= 1)
+    hash_ids: tuple[int, ...]  # prefix-chained block ids, one per `block_tokens` of the prompt
+    line: int = 0  # 1-based line in the file (0: built in code)
+
+
+@dataclass(frozen=True)
+class Trace:
+    requests: tuple[TraceRequest, ...]
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+
+def load_trace(path: Path, *, block_tokens: int = MOONCAKE_BLOCK_TOKENS, limit: int | None = None) -> Trace:
+    """Read and check a trace file; `limit` keeps the first N requests (later lines are not read)."""
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise TraceError(
+            f"cannot read trace {path} ({err.strerror or err}); give a Mooncake-format JSONL file"
+        ) from err
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise TraceError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[err.start]:02x}); give a Mooncake-format JSONL file"
+        ) from err
+    return parse_trace(text.split("\n"), str(path), block_tokens=block_tokens, limit=limit)
+
+
+def parse_trace(
+    lines: Iterable[str],
+    source: str = "<trace>",
+    *,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    limit: int | None = None,
+) -> Trace:
+    requests: list[TraceRequest] = []
+    for number, line in enumerate(lines, start=1):
+        if limit is not None and len(requests) >= limit:
+            break
+        if not line.strip():
+            continue
+        where = f"{source}:{number}"
+        try:
+            row = json.loads(line, parse_constant=_non_finite)
+        except json.JSONDecodeError as err:
+            raise TraceError(f"{where}: not JSON ({err.msg}); write one JSON object a line") from err
+        except _NonFiniteError as err:
+            raise TraceError(f"{where}: {err} is not a finite number; every number must be finite") from err
+        requests.append(_request(row, where, number, block_tokens))
+    if not requests:
+        raise TraceError(f"{source}: the trace has no requests; give one JSON object a line ({', '.join(FIELDS)})")
+    return Trace(tuple(requests), block_tokens, source)
+
+
+class _NonFiniteError(ValueError):
+    pass
+
+
+def _non_finite(name: str) -> NoReturn:
+    """Python's JSON reader accepts NaN and Infinity (not JSON); a trace with them would hang a replay."""
+    raise _NonFiniteError(name)
+
+
+def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceRequest:
+    if not isinstance(row, dict) or any(key not in row for key in FIELDS):
+        raise TraceError(f"{where}: a line must be a JSON object with the keys {', '.join(FIELDS)} (Mooncake format)")
+    timestamp = row["timestamp"]
+    if not _is_number(timestamp) or not math.isfinite(float(timestamp)) or timestamp < 0:
+        raise TraceError(f"{where}: timestamp {_show(timestamp)} is not a time; give finite milliseconds >= 0")
+    for name in ("input_length", "output_length"):
+        value = row[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TraceError(f"{where}: {name} {_show(value)} is not a token count; give an integer >= 1")
+    length: int = row["input_length"]
+    ids = row["hash_ids"]
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+        raise TraceError(f"{where}: hash_ids must be a list of integers (one id per {block_tokens}-token block)")
+    expected = -(-length // block_tokens)
+    if len(ids) != expected:
+        raise TraceError(
+            f"{where}: {len(ids)} hash_ids for input_length {length}; "
+            f"a Mooncake trace has one id per {block_tokens}-token block ({expected} here)"
+        )
+    return TraceRequest(float(timestamp), length, row["output_length"], tuple(ids), number)
+
+
+def _show(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(value: object) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        float(value)  # an integer too large for a float (10**400) is no time either
+    except OverflowError:
+        return False
+    return True
