@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from aws_cdk import RemovalPolicy, Stack
+from aws_cdk import Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_s3_deployment as s3deploy
 from aws_cdk import aws_sagemaker as sagemaker
 from constructs import Construct
@@ -16,6 +15,7 @@ from constructs import Construct
 from kvtier.catalog import InstanceType
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ROLE_LABEL, InstanceGroup
+from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.nag import LAMBDA_BASIC, account, acknowledge, managed_policy
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent / "lifecycle"
@@ -46,16 +46,7 @@ class HyperPodCluster(Construct):
         security_group: ec2.ISecurityGroup,
     ) -> None:
         super().__init__(scope, id)
-        self.lifecycle_bucket = s3.Bucket(
-            self,
-            "LifecycleBucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            versioned=True,
-            removal_policy=RemovalPolicy.DESTROY,
-            auto_delete_objects=True,
-        )
+        self.lifecycle_bucket = private_bucket(self, "LifecycleBucket", versioned=True)
         self.lifecycle_upload = s3deploy.BucketDeployment(
             self,
             "LifecycleScripts",

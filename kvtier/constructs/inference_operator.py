@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from aws_cdk import Fn, RemovalPolicy, Stack, Token
+from aws_cdk import Fn, Stack, Token
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from kvtier.addons import addon
 from kvtier.config.environment import Environment
+from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.nag import acknowledge, managed_policy
 from kvtier.stacks.manifests import StackOutputs, addon_release
@@ -203,16 +203,7 @@ class InferenceOperator(Construct):
         names = role_names(env.name, env.region)
         spec = addon(ADDON)
 
-        self.tls_bucket = s3.Bucket(
-            self,
-            "TlsBucket",
-            encryption=s3.BucketEncryption.S3_MANAGED,
-            enforce_ssl=True,
-            block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
-            object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-            removal_policy=RemovalPolicy.DESTROY,  # endpoint certificates, re-issued by the operator
-            auto_delete_objects=True,
-        )
+        self.tls_bucket = private_bucket(self, "TlsBucket")  # endpoint certificates, re-issued by the operator
         acknowledge(
             self.tls_bucket,
             "AwsSolutions-S1",
