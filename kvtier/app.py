@@ -8,9 +8,10 @@ from pathlib import Path
 
 import aws_cdk as cdk
 
-from kvtier.config.loader import DEFAULT_ENV, Config, load_config, resolve_config_dir
+from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
 from kvtier.dist import write_dist
 from kvtier.errors import ConfigError, ExitCode
+from kvtier.rules import load_checked
 from kvtier.stacks import EnvironmentStacks, build_environment
 
 
@@ -29,7 +30,7 @@ def new_app(outdir: str, *, nag: bool = False) -> cdk.App:
 def load_from_context(app: cdk.App) -> Config:
     """`-c env=<name>` (default dev) and `-c config_dir=<dir>` (else $KVTIER_CONFIG_DIR, else ./config)."""
     env_name = app.node.try_get_context("env") or DEFAULT_ENV
-    return load_config(resolve_config_dir(app.node.try_get_context("config_dir")), str(env_name))
+    return load_checked(resolve_config_dir(app.node.try_get_context("config_dir")), str(env_name))
 
 
 def build(app: cdk.App, config: Config) -> EnvironmentStacks:

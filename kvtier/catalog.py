@@ -77,7 +77,7 @@ LMCACHE_STAGING_GIB = Fact(
     2.0,
     "GiB per vLLM pod",
     "with L1 off (l1_gb: 0) LMCache still stages L2 transfers in pinned host memory (LocalCPUBackend with "
-    "local_cpu=False); per vLLM pod; kvtier splits it over the tensor-parallel ranks (max_local_cpu_size = this / TP, kvtier/k8s/lmcache.py)",
+    "local_cpu=False); per vLLM pod; kvtier splits it over the tensor-parallel ranks (max_local_cpu_size = this / TP, kvtier/serving.py)",
 )
 SYSTEM_RESERVE_GIB = Fact(
     6.0,

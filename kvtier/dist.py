@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from kvtier.stacks.manifests import StackOutputs
+from kvtier.constructs.manifests import StackOutputs
 
 
 class _Dumper(yaml.SafeDumper):

@@ -26,3 +26,8 @@ def l2_lob_path(env: str, lob: str) -> str:
 
 def dist_dir(env: str, stack: str) -> str:
     return f"dist/{env}/{stack}"
+
+
+# Pods reading S3 model weights use this service account (EKS Pod Identity): the LOB chart creates it, the
+# model-access construct binds the LOB's role to it.
+MODEL_READER_SA = "model-reader"

@@ -51,10 +51,10 @@ class Synth:
 
 def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR, *, nag: bool = False) -> Synth:
     from kvtier.app import build, new_app
-    from kvtier.config.loader import load_config
+    from kvtier.rules import load_checked
 
     app = new_app(str(outdir), nag=nag)
-    stacks = build(app, load_config(config_dir, env_name))
+    stacks = build(app, load_checked(config_dir, env_name))
     assembly = app.synth()
     synth = Synth(outdir=outdir, stacks=stacks)
     for stack in assembly.stacks:

@@ -18,7 +18,6 @@ from pydantic import ValidationError
 from kvtier.config.bench import BenchConfig
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
-from kvtier.config.loader import load_config
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.bench_job import (
     BENCH_IMAGE,
@@ -30,6 +29,7 @@ from kvtier.k8s.bench_job import (
 from kvtier.k8s.endpoint_names import endpoint_url, router_service_name
 from kvtier.naming import lob_namespace
 from kvtier.placement import placement
+from kvtier.rules import load_checked
 from kvtier.versions import STANDALONE_VLLM_IMAGE
 from tests.support import CONFIG_DIR
 from tests.validation import validate_k8s
@@ -39,7 +39,7 @@ LOB = "support"
 
 @pytest.fixture(scope="module")
 def env_and_endpoint() -> tuple[Environment, Endpoint]:
-    config = load_config(CONFIG_DIR, "prod")
+    config = load_checked(CONFIG_DIR, "prod")
     endpoint = config.lobs[0].endpoints[0]
     return config.env, _with(endpoint, bench=BenchConfig(enabled=True), mode="standalone")
 

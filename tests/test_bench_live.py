@@ -217,12 +217,12 @@ def test_shared_prefix_paces_and_shares_the_system_prompt(tmp_path: Path) -> Non
 
 def test_shared_prefix_sends_by_default_the_header_the_standalone_router_hashes() -> None:
     from kvtier.cli import build_parser
-    from kvtier.config.loader import load_config
     from kvtier.k8s.router import router_args
+    from kvtier.rules import load_checked
     from tests.support import CONFIG_DIR
 
     args = build_parser().parse_args(["bench", "shared-prefix", "--url", "http://127.0.0.1:8000"])
-    endpoint = load_config(CONFIG_DIR, "dev").lobs[0].endpoints[0]
+    endpoint = load_checked(CONFIG_DIR, "dev").lobs[0].endpoints[0]
     session = endpoint.model_copy(update={"routing": "session", "mode": "standalone"})
     flags = router_args("retail", session)
     assert args.user_header == flags[flags.index("--session-key") + 1]

@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtier.bench.records import RequestRecord
-from kvtier.bench.stats import distribution, percentile, summarize
+from kvtier.bench.stats import distribution, summarize
+from kvtier.stats import percentile
 
 
 @pytest.mark.parametrize(

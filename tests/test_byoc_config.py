@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 from kvtier.cli import main as cli
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.errors import ConfigError
 from kvtier.placement import placement
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 Edit = Callable[[dict[str, Any]], None]
@@ -36,11 +37,11 @@ def _write(config_dir: Path, edit: Edit) -> Path:
 
 def _load(config_copy: Path, edit: Edit) -> Config:
     _write(config_copy, edit)
-    return load_config(config_copy, "byoc")
+    return load_checked(config_copy, "byoc")
 
 
 def test_the_example_loads_with_the_owners_groups_and_selectors() -> None:
-    env = load_config(CONFIG_DIR, "byoc").env
+    env = load_checked(CONFIG_DIR, "byoc").env
     existing = env.hyperpod.existing
     assert existing is not None and not env.hyperpod.instance_groups
     assert [(g.name, g.role, g.count) for g in env.groups("gpu")] == [("inference", "gpu", 2)]
@@ -52,7 +53,7 @@ def test_the_example_loads_with_the_owners_groups_and_selectors() -> None:
 
 
 def test_a_new_cluster_keeps_kvtiers_labels_and_installs_everything() -> None:
-    env = load_config(CONFIG_DIR, "dev").env
+    env = load_checked(CONFIG_DIR, "dev").env
     assert placement(env, "gpu").node_selector == {"kvtier.io/role": "gpu"}
     assert env.hyperpod.eks_cluster_name(env.name) == "kvtier-dev"
     assert all(env.hyperpod.installs(c) for c in ("hyperpod_dependencies", "inference_operator", "kyverno", "curvine"))
@@ -184,7 +185,7 @@ def test_bad_input_names_its_field(
 ) -> None:
     path = _write(config_copy, edit)
     with pytest.raises(ConfigError) as err:
-        load_config(config_copy, "byoc")
+        load_checked(config_copy, "byoc")
     messages = [str(p) for p in err.value.problems]
     assert any(m.startswith(f"{path}: {field}: ") and words in m for m in messages), (case, messages)
     assert cli(["validate", "--config-dir", str(config_copy), "-e", "byoc"]) == 2

@@ -13,10 +13,11 @@ import pytest
 from botocore.stub import Stubber
 
 from kvtier.cli import main as cli
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.ops import status
 from kvtier.ops.status import ExpectedAddon, addon_check, collect, expected_addons
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdef123456"
@@ -29,7 +30,7 @@ def _client(service: Literal["sagemaker", "eks"]) -> Any:
 
 @pytest.fixture(scope="module")
 def byoc() -> Config:
-    return load_config(CONFIG_DIR, "byoc")
+    return load_checked(CONFIG_DIR, "byoc")
 
 
 @pytest.fixture()
@@ -123,7 +124,7 @@ def test_expected_addons_follow_the_registry_and_the_switches(byoc: Config) -> N
             spec.phase == "platform" and byoc.env.hyperpod.installs("inference_operator")
         )
         assert addons[spec.name].installed_by_kvtier is wanted, spec.name
-    dev = load_config(CONFIG_DIR, "dev")
+    dev = load_checked(CONFIG_DIR, "dev")
     assert all(a.installed_by_kvtier for a in expected_addons(dev.env))
 
 
@@ -266,7 +267,7 @@ def test_cli_table_and_json(
 
 
 def test_a_new_cluster_is_read_by_name_and_compared_with_its_config(clients: tuple[Any, Any, Stubber, Stubber]) -> None:
-    dev = load_config(CONFIG_DIR, "dev")
+    dev = load_checked(CONFIG_DIR, "dev")
     sagemaker, eks, sm_stub, eks_stub = clients
     groups = [
         {

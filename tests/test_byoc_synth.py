@@ -14,9 +14,10 @@ import pytest
 
 from kvtier.addons import addons
 from kvtier.config.hyperpod import Role
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.constructs.tiered_storage import RESOURCE_TYPE
 from kvtier.placement import node_selector
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR, Synth, synthesize
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdef123456"
@@ -49,7 +50,7 @@ def byoc(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="module")
 def config() -> Config:
-    return load_config(CONFIG_DIR, "byoc")
+    return load_checked(CONFIG_DIR, "byoc")
 
 
 def _props(resource: dict[str, Any]) -> dict[str, Any]:
@@ -184,7 +185,7 @@ def _as_dev(value: Any, selectors: dict[Role, tuple[dict[str, str], dict[str, st
 
 
 def test_platform_and_lob_manifests_equal_devs_except_node_selectors(byoc: Synth, dev: Synth, config: Config) -> None:
-    dev_config = load_config(CONFIG_DIR, "dev")
+    dev_config = load_checked(CONFIG_DIR, "dev")
     roles: tuple[Role, ...] = ("system", "gpu")
     selectors = {role: (node_selector(config.env, role), node_selector(dev_config.env, role)) for role in roles}
     theirs, ours = _manifests(byoc), _manifests(dev)

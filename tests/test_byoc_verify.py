@@ -13,14 +13,15 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import MaxRetryError
 
 from kvtier.cli import main as cli
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
-from kvtier.k8s.lmcache import rewire_env
 from kvtier.k8s.operator_endpoint import worker_env
 from kvtier.k8s.standalone import engine_deployment, lmcache_config_map
 from kvtier.ops import kube
 from kvtier.ops.verify import Finding, Snapshot, pod_problems, verify
 from kvtier.placement import node_selector
+from kvtier.rules import load_checked
+from kvtier.serving import rewire_env
 from tests.support import CONFIG_DIR
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
@@ -32,7 +33,7 @@ def _snapshot(name: str) -> Snapshot:
 
 @pytest.fixture(scope="module")
 def dev() -> Config:
-    return load_config(CONFIG_DIR, "dev")
+    return load_checked(CONFIG_DIR, "dev")
 
 
 def _problems(findings: tuple[Finding, ...]) -> dict[str, str]:
@@ -88,7 +89,7 @@ def test_a_worker_outside_the_gpu_nodes_is_reported(dev: Config) -> None:
 
 
 def test_an_existing_cluster_is_checked_with_the_owners_selector() -> None:
-    byoc = load_config(CONFIG_DIR, "byoc")
+    byoc = load_checked(CONFIG_DIR, "byoc")
     data = json.loads((FIXTURES / "healthy.json").read_text())
     gpu = node_selector(byoc.env, "gpu")
     for node in data["nodes"]:
@@ -98,7 +99,7 @@ def test_an_existing_cluster_is_checked_with_the_owners_selector() -> None:
             labels.update(gpu)
     report = verify(byoc, Snapshot.from_json(data))
     assert report.ok, _problems(report.findings)
-    dev_view = verify(load_config(CONFIG_DIR, "dev"), Snapshot.from_json(data))
+    dev_view = verify(load_checked(CONFIG_DIR, "dev"), Snapshot.from_json(data))
     assert "no node matches the GPU selector" in _problems(dev_view.findings)["workers"]
 
 

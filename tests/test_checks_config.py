@@ -1,4 +1,4 @@
-"""Cross-checks (kvtier/config/checks.py): each one rejects (or warns about) a bad config and accepts a near miss."""
+"""Cross-checks (kvtier/rules/): each one rejects (or warns about) a bad config and accepts a near miss."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ import yaml
 
 from kvtier.catalog import GB, GIB, MODELS, SYSTEM_RESERVE_GIB, VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB
 from kvtier.config.curvine import CurvineConfig, memory_bytes
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.errors import ConfigError, Problem
+from kvtier.rules import load_checked
 
 Doc = dict[str, Any]
 Edit = Callable[[Path], object]  # lambdas may return what their last call returns
@@ -345,7 +346,7 @@ CASES = [
 
 def _problems(config_dir: Path, env: str) -> list[Problem]:
     with pytest.raises(ConfigError) as caught:
-        load_config(config_dir, env)
+        load_checked(config_dir, env)
     return caught.value.problems
 
 
@@ -363,7 +364,7 @@ def test_check_rejects_bad_config(case: Case, config_copy: Path) -> None:
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_check_accepts_near_miss(case: Case, config_copy: Path) -> None:
     case.good(config_copy)
-    config = load_config(config_copy, case.env)
+    config = load_checked(config_copy, case.env)
     assert not [w for w in config.warnings if w.field == case.field and case.words in str(w)]
 
 
@@ -374,8 +375,8 @@ def test_every_example_environment_passes_the_checks() -> None:
     envs = available_envs(CONFIG_DIR)
     assert {"dev", "prod"} <= set(envs)
     for env in envs:
-        load_config(CONFIG_DIR, env)  # raises ConfigError with every problem if a check rejects an example
-    dev = load_config(CONFIG_DIR, "dev")  # 2 operator replicas on 2 GPUs: the design's rolling-update warning
+        load_checked(CONFIG_DIR, env)  # raises ConfigError with every problem if a check rejects an example
+    dev = load_checked(CONFIG_DIR, "dev")  # 2 operator replicas on 2 GPUs: the design's rolling-update warning
     assert any(w.field == "endpoints[0].replicas" and "rolling update" in w.problem for w in dev.warnings)
 
 
@@ -509,19 +510,19 @@ def _warned(config: Config, case: WarningCase) -> bool:
 @pytest.mark.parametrize("case", WARNINGS, ids=[c.name for c in WARNINGS])
 def test_warning_is_given(case: WarningCase, config_copy: Path) -> None:
     case.bad(config_copy)
-    config = load_config(config_copy, case.env)  # a warning never stops the load
+    config = load_checked(config_copy, case.env)  # a warning never stops the load
     assert _warned(config, case), [str(w) for w in config.warnings]
 
 
 @pytest.mark.parametrize("case", WARNINGS, ids=[c.name for c in WARNINGS])
 def test_warning_is_not_given_on_near_miss(case: WarningCase, config_copy: Path) -> None:
     case.good(config_copy)
-    assert not _warned(load_config(config_copy, case.env), case)
+    assert not _warned(load_checked(config_copy, case.env), case)
 
 
 def test_lob_description_is_what_the_planner_uses(config_copy: Path) -> None:
     from kvtier.planner import tier_model
 
     WARNINGS[-1].bad(config_copy)
-    config = load_config(config_copy, "dev")
+    config = load_checked(config_copy, "dev")
     assert tier_model(config, "retail", "qwen3-8b").kv_bytes_per_token == 2 * 40 * 8 * 128 * 2

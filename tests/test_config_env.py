@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from kvtier.cli import main as cli
-from kvtier.config.loader import load_config
 from kvtier.errors import ConfigError
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 Edit = Callable[[dict[str, Any]], None]
@@ -159,18 +159,18 @@ def _write_env(config_dir: Path, edit: Edit) -> None:
 
 def test_examples_are_valid() -> None:
     for env in ("dev", "prod"):
-        config = load_config(CONFIG_DIR, env)
+        config = load_checked(CONFIG_DIR, env)
         assert config.env.name == env
         assert {lob.name for lob in config.lobs} == set(config.env.lobs)
 
 
 def test_prod_is_the_production_shape() -> None:
-    env = load_config(CONFIG_DIR, "prod").env
+    env = load_checked(CONFIG_DIR, "prod").env
     assert env.account is not None
     assert env.eks.endpoint_access == "private"
     assert sum(g.count for g in env.groups("system")) >= 3  # three Curvine masters on distinct nodes
     assert env.curvine.masters == 3
-    dev = load_config(CONFIG_DIR, "dev").env
+    dev = load_checked(CONFIG_DIR, "dev").env
     assert sum(g.count for g in env.groups("gpu")) > sum(g.count for g in dev.groups("gpu"))
 
 
@@ -180,7 +180,7 @@ def test_bad_input_is_refused_with_file_field_and_fix(
 ) -> None:
     _write_env(config_copy, edit)
     with pytest.raises(ConfigError) as raised:
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     messages = [str(p) for p in raised.value.problems]
     expected_prefix = f"{config_copy / 'environments' / 'dev.yaml'}: {field}: "
     assert any(m.startswith(expected_prefix) and words in m and "; " in m for m in messages), messages
@@ -198,24 +198,24 @@ def test_yaml_duplicate_key_and_syntax_errors_name_the_line(config_copy: Path) -
     with pytest.raises(
         ConfigError, match=r"dev\.yaml: line \d+, column \d+: is not valid YAML \(key 'region' appears twice"
     ):
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     path.write_text("name: dev\nregion: [unclosed\n")
     with pytest.raises(ConfigError, match=r"dev\.yaml: line \d+, column \d+: is not valid YAML"):
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
 
 
 def test_files_that_are_not_yaml_mappings_name_the_problem(config_copy: Path) -> None:
     lob = config_copy / "lobs" / "retail.yaml"
     lob.write_bytes(b"name: r\xe9tail\n")
     with pytest.raises(ConfigError, match=r"retail\.yaml: byte 7: is not UTF-8 text; save the file as UTF-8"):
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     lob.write_text("? [a, b]\n: 1\n")
     with pytest.raises(ConfigError, match=r"a key must be a plain value, not a list"):
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     lob.unlink()
     lob.mkdir()
     with pytest.raises(ConfigError, match=r"retail\.yaml: is a directory, not a file"):
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
 
 
 def test_union_members_are_named_as_written(config_copy: Path) -> None:
@@ -224,7 +224,7 @@ def test_union_members_are_named_as_written(config_copy: Path) -> None:
         lob.read_text().replace("source: huggingface, token_secret: null", "source: huggingface, revision: main")
     )
     with pytest.raises(ConfigError) as raised:
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     [problem] = raised.value.problems
     assert problem.field == "endpoints[0].model.revision"  # not model.huggingface.revision
     assert "^[0-9a-f]{40}$" in problem.allowed
@@ -234,7 +234,7 @@ def test_file_name_and_env_name_must_agree(config_copy: Path) -> None:
     data = yaml.safe_load((config_copy / "environments" / "dev.yaml").read_text())
     (config_copy / "environments" / "qa.yaml").write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"qa\.yaml: name: 'dev' differs from the file name; use name: qa"):
-        load_config(config_copy, "qa")
+        load_checked(config_copy, "qa")
 
 
 def test_unknown_environment_lists_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
@@ -250,7 +250,7 @@ def test_every_problem_is_reported_at_once(config_copy: Path) -> None:
 
     _write_env(config_copy, two_errors)
     with pytest.raises(ConfigError) as raised:
-        load_config(config_copy, "dev")
+        load_checked(config_copy, "dev")
     fields = {p.field for p in raised.value.problems}
     assert {"hyperpod.tiered_storage.memory_percent", "network.nat_gateways"} <= fields
 
@@ -321,5 +321,5 @@ def test_existing_cluster_inputs(edit: Edit, field: str, words: str, config_copy
     edit(data)
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as raised:
-        load_config(config_copy, "byoc")
+        load_checked(config_copy, "byoc")
     assert any(p.field == field and words in str(p) for p in raised.value.problems), raised.value.problems

@@ -17,11 +17,9 @@ from kubernetes.utils.quantity import parse_quantity
 from kvtier.config.curvine import CurvineConfig, cpu_millis, memory_bytes
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ROLE_LABEL, Role
-from kvtier.config.loader import load_config
 from kvtier.errors import ConfigError
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine import (
-    L2_MOUNT_PATH,
     PV_CAPACITY,
     add_janitor,
     curvine_charts,
@@ -36,6 +34,8 @@ from kvtier.k8s.curvine.janitor import SCRIPT_DIR
 from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, script_text
 from kvtier.k8s.curvine.volumes import fuse_parameters
 from kvtier.placement import placement
+from kvtier.rules import load_checked
+from kvtier.serving import L2_MOUNT_PATH
 from tests.support import CONFIG_DIR, ROOT
 from tests.validation import validate_k8s
 
@@ -44,7 +44,7 @@ Obj = dict[str, Any]
 
 @cache
 def env_named(name: str) -> Environment:
-    return load_config(CONFIG_DIR, name).env
+    return load_checked(CONFIG_DIR, name).env
 
 
 def built(env: Environment) -> list[Obj]:

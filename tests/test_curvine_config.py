@@ -20,18 +20,16 @@ from kvtier.config.curvine import (
     CurvineConfig,
     CurvineImages,
     Resources,
-    check_masters_fit,
-    check_worker_fits,
     cpu_millis,
     curvine_gb_bytes,
-    curvine_problems,
     max_worker_data_gb,
     memory_bytes,
 )
 from kvtier.config.environment import Environment
 from kvtier.config.errors import problems_from
-from kvtier.config.loader import load_config
 from kvtier.errors import ConfigError
+from kvtier.rules import load_checked
+from kvtier.rules.l2 import check_masters_fit, check_worker_fits, curvine_problems
 from tests.support import CONFIG_DIR
 
 GPU_TYPES = sorted(name for name, t in INSTANCE_TYPES.items() if t.is_gpu)
@@ -40,7 +38,7 @@ GPU_TYPES = sorted(name for name, t in INSTANCE_TYPES.items() if t.is_gpu)
 def env_with(
     edit: dict[str, Any] | None = None, *, gpu_type: str | None = None, system_count: int | None = None
 ) -> Environment:
-    data = load_config(CONFIG_DIR, "dev").env.model_dump(mode="json", exclude_unset=True)
+    data = load_checked(CONFIG_DIR, "dev").env.model_dump(mode="json", exclude_unset=True)
     data["curvine"].update(edit or {})
     for group in data["hyperpod"]["instance_groups"]:
         if group["role"] == "gpu" and gpu_type is not None:
@@ -118,7 +116,7 @@ def test_worker_larger_than_nvme_is_a_clear_error() -> None:
 
 
 def test_catalog_override_moves_the_nvme_limit() -> None:
-    data = load_config(CONFIG_DIR, "dev").env.model_dump(mode="json", exclude_unset=True)
+    data = load_checked(CONFIG_DIR, "dev").env.model_dump(mode="json", exclude_unset=True)
     data["curvine"]["worker_data_gb"] = 1000
     assert check_worker_fits(Environment.model_validate(data))
     data["catalog_overrides"] = {"ml.g6e.4xlarge": {"nvme_gb": 1200}}
@@ -135,7 +133,7 @@ def test_masters_need_distinct_system_nodes() -> None:
 
 @pytest.mark.parametrize("name", ["dev", "prod"])
 def test_example_environments_pass_every_curvine_check(name: str) -> None:
-    env = load_config(CONFIG_DIR, name).env
+    env = load_checked(CONFIG_DIR, name).env
     assert curvine_problems(env) == []
 
 
@@ -145,7 +143,7 @@ def test_loader_reports_an_even_master_count_with_file_and_field(config_copy: Pa
     data["curvine"]["masters"] = 2
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError) as err:
-        load_config(config_copy, "prod")
+        load_checked(config_copy, "prod")
     assert [p.field for p in err.value.problems] == ["curvine.masters"]
     assert str(err.value).startswith(f"{path}: curvine.masters: 2 masters cannot form a Raft majority")
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.config.loader import load_config
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.scripts import MASTER_INIT, script_text
 from kvtier.k8s.curvine.toml import cluster_toml
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 
@@ -43,7 +43,7 @@ def volumes(tmp_path: Path) -> Volumes:
         root.mkdir()
         (root / "lost+found").mkdir()  # what a fresh ext4 volume holds
     conf = tmp_path / "curvine-cluster.toml"
-    conf.write_text(cluster_toml(load_config(CONFIG_DIR, "dev").env))
+    conf.write_text(cluster_toml(load_checked(CONFIG_DIR, "dev").env))
     return Volumes(meta_root, journal_root, conf)
 
 
@@ -168,7 +168,7 @@ def test_a_config_that_would_format_is_refused(volumes: Volumes, edit: object) -
 
 
 def test_the_toml_dirs_are_below_the_volume_mounts() -> None:
-    doc = tomllib.loads(cluster_toml(load_config(CONFIG_DIR, "dev").env))
+    doc = tomllib.loads(cluster_toml(load_checked(CONFIG_DIR, "dev").env))
     assert doc["master"]["meta_dir"] == names.META_DIR
     assert doc["journal"]["journal_dir"] == names.JOURNAL_DIR
     assert names.META_DIR.startswith(names.META_MOUNT + "/")

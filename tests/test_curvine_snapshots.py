@@ -9,9 +9,9 @@ import pytest
 import yaml
 from syrupy.assertion import SnapshotAssertion
 
-from kvtier.config.loader import load_config
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine import add_janitor, curvine_charts, static_pv
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 
@@ -34,13 +34,13 @@ def as_yaml(chart: KvtierChart) -> str:
 
 @pytest.mark.parametrize("env_name", ["dev", "prod"])
 def test_curvine_charts_match_snapshots(env_name: str, snapshot: SnapshotAssertion) -> None:
-    env = load_config(CONFIG_DIR, env_name).env
+    env = load_checked(CONFIG_DIR, env_name).env
     for chart in curvine_charts(chart_app(), env):
         assert as_yaml(chart) == snapshot(name=chart.node.id)
 
 
 def test_lob_helpers_match_snapshot(snapshot: SnapshotAssertion) -> None:
-    env = load_config(CONFIG_DIR, "dev").env
+    env = load_checked(CONFIG_DIR, "dev").env
     chart = KvtierChart(chart_app(), "lob")
     static_pv(chart, "pv", env=env, name="kvtier-dev-retail", curvine_path="/kvtier/dev/retail")
     add_janitor(

@@ -11,14 +11,14 @@ from hypothesis import strategies as st
 
 from kvtier.config.curvine import CurvineConfig
 from kvtier.config.environment import Environment
-from kvtier.config.loader import load_config
 from kvtier.k8s.curvine import master_addresses
 from kvtier.k8s.curvine.toml import cluster_config, cluster_toml, render
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 
 def env_named(name: str) -> Environment:
-    return load_config(CONFIG_DIR, name).env
+    return load_checked(CONFIG_DIR, name).env
 
 
 def env_with_masters(masters: int, worker_gb: int = 400) -> Environment:

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kvtier.constructs.manifests import HelmRelease, StackOutputs
 from kvtier.dist import write_dist
 from kvtier.k8s.base import KvtierChart, api_object, chart_app
-from kvtier.stacks.manifests import HelmRelease, StackOutputs
 
 
 def _outputs() -> StackOutputs:

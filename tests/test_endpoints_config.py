@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kvtier.config.loader import load_config
 from kvtier.errors import ConfigError
+from kvtier.rules import load_checked
 from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 from tests.support import CONFIG_DIR
 
@@ -20,7 +20,7 @@ PROMETHEUS = {"type": "prometheus", "server_address": AMP, "query": "sum(vllm:nu
 
 
 def test_examples_load_with_reference_defaults() -> None:
-    config = load_config(CONFIG_DIR, "prod")
+    config = load_checked(CONFIG_DIR, "prod")
     retail = config.lob("retail").endpoints[0]
     support = config.lob("support").endpoints[0]
     assert (retail.mode, retail.routing, retail.cache.l2) == ("operator", "prefixaware", "curvine")
@@ -73,7 +73,7 @@ def test_bad_endpoint_values_name_their_field(
 ) -> None:
     _edit(config_copy, lob, edit)
     with pytest.raises(ConfigError) as caught:
-        load_config(config_copy, "prod")
+        load_checked(config_copy, "prod")
     problems = [p for p in caught.value.problems if p.file.endswith(f"{lob}.yaml")]
     assert problems, f"{case}: no problem in {lob}.yaml: {caught.value}"
     assert any(p.field.startswith("endpoints[0].") and field in p.field for p in problems), problems
@@ -86,5 +86,5 @@ def test_valid_autoscaling_loads(config_copy: Path) -> None:
         "retail",
         lambda e: e.update(autoscaling={"min_replicas": 1, "max_replicas": 2, "trigger": PROMETHEUS}),
     )
-    endpoint = load_config(config_copy, "prod").lob("retail").endpoints[0]
+    endpoint = load_checked(config_copy, "prod").lob("retail").endpoints[0]
     assert endpoint.autoscaling is not None and endpoint.max_replicas == 2

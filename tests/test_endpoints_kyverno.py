@@ -18,13 +18,13 @@ import jmespath  # type: ignore[import-untyped]
 import pytest
 
 from kvtier.config.endpoint import CacheConfig, Endpoint
-from kvtier.config.loader import Config, load_config
-from kvtier.k8s.curvine.names import L2_MOUNT_PATH
+from kvtier.config.loader import Config
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, l2_policy
-from kvtier.k8s.lmcache import L2_CLAIM
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.k8s.standalone import engine_deployment
+from kvtier.rules import load_checked
+from kvtier.serving import L2_CLAIM, L2_MOUNT_PATH
 from tests.support import CONFIG_DIR, shared_path
 from tests.validation import crd_errors, validate_k8s
 
@@ -38,7 +38,7 @@ _NAMESPACE_CONDITION = re.compile(r"^request\.namespace == '(?P<ns>[a-z0-9-]+)'$
 
 @pytest.fixture(scope="module")
 def config() -> Config:
-    return load_config(CONFIG_DIR, "dev")
+    return load_checked(CONFIG_DIR, "dev")
 
 
 @pytest.fixture(scope="module")

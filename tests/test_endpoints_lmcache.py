@@ -20,9 +20,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtier.config.endpoint import CacheConfig, L2Backend
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.k8s.kyverno_policy import l2_policy
-from kvtier.k8s.lmcache import (
+from kvtier.k8s.operator_endpoint import inference_endpoint_config
+from kvtier.k8s.router import router_objects
+from kvtier.k8s.standalone import endpoint_lmcache_config, engine_deployment
+from kvtier.rules import load_checked
+from kvtier.serving import (
     L2_STAGING_GB,
     Controller,
     env_name,
@@ -31,9 +35,6 @@ from kvtier.k8s.lmcache import (
     lmcache_env,
     rewire_env,
 )
-from kvtier.k8s.operator_endpoint import inference_endpoint_config
-from kvtier.k8s.router import router_objects
-from kvtier.k8s.standalone import endpoint_lmcache_config, engine_deployment
 from kvtier.versions import STANDALONE_LMCACHE_VERSION
 from tests.support import CONFIG_DIR, ROOT
 
@@ -67,7 +68,7 @@ def lmcache_log() -> Iterator[Records]:
 
 @pytest.fixture(scope="module")
 def prod() -> Config:
-    return load_config(CONFIG_DIR, "prod")
+    return load_checked(CONFIG_DIR, "prod")
 
 
 def _parse_file(tmp_path: Path, config: dict[str, Any]) -> Any:

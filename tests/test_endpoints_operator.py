@@ -21,10 +21,11 @@ from kvtier.config.endpoint import (
     PrometheusTrigger,
     S3Model,
 )
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.k8s.endpoint_names import endpoint_url, operator_router_pod_label
 from kvtier.k8s.operator_endpoint import inference_endpoint_config, model_name, operator_router_service
-from kvtier.k8s.sizing import worker_size
+from kvtier.rules import load_checked
+from kvtier.sizing import worker_size
 from kvtier.versions import OPERATOR_VLLM_IMAGE
 from tests.support import CONFIG_DIR, shared_path
 from tests.validation import crd_errors, validate_k8s
@@ -39,7 +40,7 @@ def crd() -> Path:
 
 @pytest.fixture(scope="module")
 def dev() -> Config:
-    return load_config(CONFIG_DIR, "dev")
+    return load_checked(CONFIG_DIR, "dev")
 
 
 def _retail(config: Config) -> Endpoint:
@@ -156,7 +157,7 @@ def endpoints(draw: st.DrawFn) -> Endpoint:
 @settings(deadline=None, max_examples=60)
 @given(endpoint=endpoints())
 def test_every_rendered_config_passes_the_crd(endpoint: Endpoint) -> None:
-    config = load_config(CONFIG_DIR, "prod")
+    config = load_checked(CONFIG_DIR, "prod")
     iec = inference_endpoint_config(config.env, "a" * 20, endpoint)
     assert crd_errors(shared_path(IEC_CRD), "v1", iec) == []
     spec = iec["spec"]

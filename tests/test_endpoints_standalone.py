@@ -10,12 +10,14 @@ import pytest
 import yaml
 
 from kvtier.config.endpoint import CacheConfig, Endpoint, S3Model
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.endpoint_names import endpoint_url, router_service_name
-from kvtier.k8s.isolation import MODEL_READER_SA
-from kvtier.k8s.router import SESSION_HEADER, add_router, router_objects
+from kvtier.k8s.router import add_router, router_objects
 from kvtier.k8s.standalone import add_standalone_engine, engine_deployment, lmcache_config_map
+from kvtier.naming import MODEL_READER_SA
+from kvtier.rules import load_checked
+from kvtier.serving import SESSION_HEADER
 from kvtier.versions import ROUTER_IMAGE, STANDALONE_VLLM_IMAGE
 from tests.validation import validate_k8s
 
@@ -26,7 +28,7 @@ ROUTINGS = ["prefixaware", "kvaware", "session", "roundrobin"]
 def prod() -> Config:
     from tests.support import CONFIG_DIR
 
-    return load_config(CONFIG_DIR, "prod")
+    return load_checked(CONFIG_DIR, "prod")
 
 
 def _support(config: Config, **update: Any) -> Endpoint:

@@ -10,16 +10,17 @@ from typing import Any
 
 import pytest
 
-from kvtier.config.loader import Config, load_config
+from kvtier.config.loader import Config
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.isolation import add_isolation, load_balancer_cidrs, network_policies, quota
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 from tests.validation import validate_k8s
 
 
 @pytest.fixture(scope="module")
 def prod_config() -> Config:
-    return load_config(CONFIG_DIR, "prod")
+    return load_checked(CONFIG_DIR, "prod")
 
 
 def test_quota_follows_the_rule(prod_config: Config) -> None:

@@ -109,9 +109,9 @@ def test_plan_json_costs(env: str, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
 def test_plan_json_warnings_are_the_validators(env: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvtier.config.loader import load_config
+    from kvtier.rules import load_checked
 
-    assert _plan(env, capsys)["warnings"] == [str(w) for w in load_config(CONFIG_DIR, env).warnings]
+    assert _plan(env, capsys)["warnings"] == [str(w) for w in load_checked(CONFIG_DIR, env).warnings]
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])

@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from kvtier.catalog import INSTANCE_TYPES
-from kvtier.config.loader import load_config
 from kvtier.planner.cost import env_cost
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 G6E = INSTANCE_TYPES["ml.g6e.4xlarge"]
@@ -21,7 +21,7 @@ H100_PER_L40S = G6E.gpu_spec.bf16_dense_tflops / P5.gpu_spec.bf16_dense_tflops
 
 def test_dev_costs_by_hand() -> None:
     """dev: 2 x ml.m5.2xlarge system nodes, 2 x ml.g6e.4xlarge GPU nodes, retail holding both GPUs."""
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     assert [(g.instance_type, g.count) for g in config.env.hyperpod.instance_groups] == [
         ("ml.m5.2xlarge", 2),
         ("ml.g6e.4xlarge", 2),
@@ -50,7 +50,7 @@ def test_gpus_no_lob_holds_are_priced_apart(config_copy: Path) -> None:
     env = yaml.safe_load(env_path.read_text())
     env["hyperpod"]["instance_groups"][1]["count"] = 5
     env_path.write_text(yaml.safe_dump(env))
-    config = load_config(config_copy, "dev")
+    config = load_checked(config_copy, "dev")
     cost = env_cost(config.env, config.lobs)
     assert cost.unallocated_price.per_hour == pytest.approx(3 * (G6E.price_per_hour or 0))
     assert cost.gpu_price.per_hour == pytest.approx(5 * (G6E.price_per_hour or 0))
@@ -65,7 +65,7 @@ def test_lob_on_a_multi_gpu_instance_pays_its_gpus_share(config_copy: Path) -> N
     lob = yaml.safe_load(lob_path.read_text())
     lob["endpoints"][0].update(instance_type="ml.g6e.12xlarge", tensor_parallel=2, replicas=1)
     lob_path.write_text(yaml.safe_dump(lob))
-    config = load_config(config_copy, "dev")
+    config = load_checked(config_copy, "dev")
     cost = env_cost(config.env, config.lobs)
     price = INSTANCE_TYPES["ml.g6e.12xlarge"].price_per_hour or 0
     (retail,) = cost.lobs
@@ -79,7 +79,7 @@ def test_unknown_prices_are_said_not_guessed(config_copy: Path) -> None:
     env = yaml.safe_load(env_path.read_text())
     env["hyperpod"]["instance_groups"][0]["instance_type"] = "ml.m5.8xlarge"  # no price in the sources
     env_path.write_text(yaml.safe_dump(env))
-    config = load_config(config_copy, "dev")
+    config = load_checked(config_copy, "dev")
     cost = env_cost(config.env, config.lobs)
     assert INSTANCE_TYPES["ml.m5.8xlarge"].price_per_hour is None
     assert cost.system_price.unknown == ("ml.m5.8xlarge",)
@@ -92,14 +92,14 @@ def test_price_override_from_the_environment(config_copy: Path) -> None:
     env = yaml.safe_load(env_path.read_text())
     env["catalog_overrides"] = {"ml.g6e.4xlarge": {"price_per_hour": 5.0}}
     env_path.write_text(yaml.safe_dump(env))
-    config = load_config(config_copy, "dev")
+    config = load_checked(config_copy, "dev")
     assert config.env.instance("ml.g6e.4xlarge").price_as_of == "catalog_overrides"
     assert env_cost(config.env, config.lobs).gpu_price.per_hour == pytest.approx(10.0)
 
 
 def test_existing_cluster_costs_its_declared_groups() -> None:
     """byoc: kvtier creates no instance groups; the owner's groups (hyperpod.existing.nodes) are what it pays for."""
-    config = load_config(CONFIG_DIR, "byoc")
+    config = load_checked(CONFIG_DIR, "byoc")
     assert config.env.hyperpod.existing is not None and not config.env.hyperpod.instance_groups
     cost = env_cost(config.env, config.lobs)
     expected = sum(

@@ -19,11 +19,11 @@ from kvtier.catalog import (
     resolve_model,
 )
 from kvtier.config.endpoint import ModelShape
-from kvtier.config.loader import load_config
 from kvtier.planner import TierModel, tier_model
 from kvtier.planner.gpu import gpu_budget, kv_bytes_per_token_per_gpu
 from kvtier.planner.host import PodMemory, worst_packing
 from kvtier.planner.speed import speeds
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
 G6E_4XL = INSTANCE_TYPES["ml.g6e.4xlarge"]
@@ -172,7 +172,7 @@ def test_worst_packing_picks_the_pods_that_pin_most() -> None:
 
 
 def test_tier_model_of_the_dev_example_by_hand() -> None:
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     tiers = tier_model(config, "retail", "qwen3-8b")
     kv = 147_456
     assert tiers.kv_bytes_per_token == kv
@@ -183,7 +183,7 @@ def test_tier_model_of_the_dev_example_by_hand() -> None:
 
 
 def test_tier_model_overrides() -> None:
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     tiers = tier_model(config, "retail", "qwen3-8b", replicas=5, l1_gb=0, l2_gb=36)
     assert tiers.replicas == 5
     assert tiers.l1_tokens == 0
@@ -204,7 +204,7 @@ def test_tier_model_overrides() -> None:
 def test_tier_model_refuses_sizes_that_are_not_finite_or_beyond_any_deployment(name: str, value: float) -> None:
     from kvtier.errors import UsageError
 
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     with pytest.raises(UsageError, match=re.escape(f"{name} override {value} is out of range")):
         if name == "l1_gb":
             tier_model(config, "retail", "qwen3-8b", l1_gb=value)
@@ -222,7 +222,7 @@ def test_tier_model_refuses_sizes_that_are_not_finite_or_beyond_any_deployment(n
 def test_tier_model_names_what_exists(args: tuple[str, str], words: str) -> None:
     from kvtier.errors import UsageError
 
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     with pytest.raises(UsageError, match=words):
         tier_model(config, *args)
 
@@ -236,7 +236,7 @@ def test_l2_shares_split_the_lob_budget(config_copy: Path) -> None:
     second["model"] = {"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"}
     doc["endpoints"].append(second)
     path.write_text(yaml.safe_dump(doc))
-    config = load_config(config_copy, "prod")
+    config = load_checked(config_copy, "prod")
     for name in ("llama31-8b", "mistral-7b"):
         assert tier_model(config, "support", name).l2_tokens == 200 * GB // (128 * 1024)
 
@@ -276,13 +276,13 @@ def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
     import yaml
 
     from kvtier.config.endpoint import CacheConfig
-    from kvtier.k8s.lmcache import env_name
     from kvtier.k8s.operator_endpoint import worker_env
-    from kvtier.k8s.sizing import worker_size
     from kvtier.k8s.standalone import lmcache_config_map
     from kvtier.planner.host import pod_memory
+    from kvtier.serving import env_name
+    from kvtier.sizing import worker_size
 
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     endpoint = config.lobs[0].endpoints[0]
     instance = "ml.g6e.12xlarge"  # 4 GPUs
     for cache in (CacheConfig(l1_gb=20), CacheConfig(l1_gb=0), CacheConfig(l1_gb=0, l2="none")):
@@ -319,7 +319,7 @@ def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
 def test_l1_tokens_follow_the_shards_each_rank_keeps(model_id: str, tp: int, copies: int) -> None:
     from kvtier.planner.tiers import endpoint_tiers
 
-    config = load_config(CONFIG_DIR, "dev")
+    config = load_checked(CONFIG_DIR, "dev")
     lob = config.lobs[0]
     endpoint = lob.endpoints[0].model_copy(update={"tensor_parallel": tp, "instance_type": "ml.g6e.48xlarge"})
     model = MODELS[model_id]
@@ -337,7 +337,7 @@ def test_the_planner_and_the_simulator_load_without_cdk8s() -> None:
     import sys
 
     code = (
-        "import sys, kvtier.planner.host, kvtier.planner.tiers, kvtier.k8s.sizing, kvtier.simulate.engine, "
+        "import sys, kvtier.planner.host, kvtier.planner.tiers, kvtier.sizing, kvtier.simulate.engine, "
         "kvtier.cli.bench, kvtier.cli.simulate, kvtier.bench.workloads\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'cdk8s', 'jsii', 'aws_cdk', 'constructs'}))"
     )

@@ -194,13 +194,13 @@ def test_a_bad_trace_line_names_the_file_and_line(tmp_path: Path, capsys: pytest
 
 
 def test_the_planners_tier_model_drives_the_run(small_trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kvtier.config.loader import load_config
     from kvtier.planner.tiers import tier_model
+    from kvtier.rules import load_checked
 
     args = ("--lob", "retail", "--endpoint", "qwen3-8b", "--trace", str(small_trace), "--json", "--no-plots")
     assert simulate(*args, "--routing", "prefixaware", "--l1-gb", "30") == 0
     data = json.loads(capsys.readouterr().out)
-    planned = tier_model(load_config(CONFIG_DIR, "dev"), "retail", "qwen3-8b", l1_gb=30)
+    planned = tier_model(load_checked(CONFIG_DIR, "dev"), "retail", "qwen3-8b", l1_gb=30)
     assert data["tier_model"] == dataclasses.asdict(planned)
     assert data["results"][0]["l1_tokens"] == planned.l1_tokens
     assert data["results"][0]["served"] == 40

@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 from kvtier.addons import ADDONS, addons
-from kvtier.config.loader import load_config
 from kvtier.constructs.hyperpod_dependencies import COMMIT, REPOSITORY
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR, Synth
 
 
@@ -280,7 +280,7 @@ def test_taints_reach_the_instance_group(config_copy: Any, tmp_path: Any) -> Non
         {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
     ]
     path.write_text(yaml.safe_dump(data))
-    env = load_config(config_copy, "dev").env
+    env = load_checked(config_copy, "dev").env
     assert placement(env, "gpu").tolerations == (
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"},
     )
@@ -335,7 +335,7 @@ def test_stack_dependencies_and_environments(dev: Synth, prod: Synth) -> None:
 
 
 def test_every_taggable_resource_carries_the_environment_tag(prod: Synth) -> None:
-    config = load_config(CONFIG_DIR, "prod")
+    config = load_checked(CONFIG_DIR, "prod")
     for stack in ("network", "cluster"):
         for key, resource in prod.template(stack)["Resources"].items():
             tags = _props(resource).get("Tags") if "Properties" in resource else None

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from cfnlint.api import ManualArgs, lint_file
 
-from kvtier.config.loader import load_config
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR, Synth, synthesize
 
 # Each ignored cfn-lint check, and why.
@@ -75,7 +75,7 @@ def test_eks_api_is_private_in_production_and_logged_everywhere(dev: Synth, prod
         assert cluster["Properties"]["EncryptionConfig"]
     [prod_cluster] = prod.resources("cluster", "AWS::EKS::Cluster").values()
     assert prod_cluster["Properties"]["ResourcesVpcConfig"]["EndpointPublicAccess"] is False
-    assert load_config(CONFIG_DIR, "prod").env.eks.endpoint_access == "private"
+    assert load_checked(CONFIG_DIR, "prod").env.eks.endpoint_access == "private"
 
 
 def test_every_bucket_is_encrypted_tls_only_and_private(dev: Synth, prod: Synth) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from kvtier.config.loader import load_config
 from kvtier.day2 import manifests
+from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR, Synth
 
 LOBS = ("retail", "support", "search")
@@ -24,12 +24,12 @@ def _kinds(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
 
 def test_one_stack_per_lob(prod: Synth) -> None:
     assert {f"kvtier-prod-{lob}" for lob in LOBS} <= set(prod.templates)
-    assert set(load_config(CONFIG_DIR, "prod").env.lobs) == set(LOBS)
+    assert set(load_checked(CONFIG_DIR, "prod").env.lobs) == set(LOBS)
 
 
 @pytest.mark.parametrize("lob", LOBS)
 def test_lob_stack_holds_its_fences_volume_policy_and_endpoints(prod: Synth, lob: str) -> None:
-    config = load_config(CONFIG_DIR, "prod")
+    config = load_checked(CONFIG_DIR, "prod")
     objects = _objects(prod, lob)
     namespace = f"kvtier-{lob}"
     [ns] = _kinds(objects, "Namespace")

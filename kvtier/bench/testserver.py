@@ -25,7 +25,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvtier.k8s.endpoint_names import SESSION_HEADER
+from kvtier.serving import SESSION_HEADER
 
 BYTES_PER_TOKEN = 1024  # what the fake L2 pretends each token's KV weighs
 

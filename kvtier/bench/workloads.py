@@ -19,7 +19,7 @@ from kvtier.bench.records import Api, Request, RequestRecord, request_body
 from kvtier.bench.session import Session
 from kvtier.bench.stats import distribution
 from kvtier.bench.trace import trace_prompt
-from kvtier.k8s.endpoint_names import SESSION_HEADER
+from kvtier.serving import SESSION_HEADER
 from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
 
 

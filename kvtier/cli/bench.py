@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from kvtier.cli.common import print_json
 from kvtier.errors import ExitCode, UsageError
-from kvtier.k8s.endpoint_names import SESSION_HEADER
+from kvtier.serving import SESSION_HEADER
 
 if TYPE_CHECKING:
     from kvtier.bench.result import BenchResult

@@ -7,7 +7,8 @@ import json
 import sys
 from typing import Any
 
-from kvtier.config.loader import DEFAULT_ENV, Config, load_config, resolve_config_dir
+from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
+from kvtier.rules import load_checked
 
 
 def add_env_options(parser: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_json_option(parser: argparse.ArgumentParser) -> None:
 
 
 def load_from_args(args: argparse.Namespace) -> Config:
-    return load_config(resolve_config_dir(args.config_dir), args.env)
+    return load_checked(resolve_config_dir(args.config_dir), args.env)
 
 
 def print_json(data: Any) -> None:

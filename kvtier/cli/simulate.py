@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
 from kvtier.errors import ExitCode, UsageError
-from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD
+from kvtier.serving import KV_AWARE_THRESHOLD
 from kvtier.simulate.engine import JANITOR_EVERY_S
 from kvtier.simulate.routers import STRATEGIES
 

@@ -2,21 +2,17 @@
 
 Sizes: every `*_gb` here is a Curvine GB, which is binary (2^30 bytes; Curvine's `ByteUnit` parses "GB" as GiB,
 /work/notes/curvine.md Q2 "Sizes"). `worker_data_gb: 400` is written as `[SSD:400GB]` and means 400 GiB. The catalog's
-`nvme_gb` is decimal (AWS); `check_worker_fits` converts.
+`nvme_gb` is decimal (AWS); `kvtier.rules.l2.check_worker_fits` converts.
 """
 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.config.base import FieldError, PinnedImage, StrictModel
-from kvtier.errors import Problem
-
-if TYPE_CHECKING:  # environment.py imports this module
-    from kvtier.config.environment import Environment
 
 CURVINE_GIB = 1024**3  # one Curvine "GB"
 DECIMAL_GB = 1000**3  # one catalog (AWS) GB
@@ -161,50 +157,3 @@ def curvine_gb_bytes(gb: float) -> int:
 def max_worker_data_gb(nvme_gb: int) -> int:
     """The largest worker_data_gb (Curvine GB) that fits an instance store of `nvme_gb` decimal GB."""
     return int(nvme_gb * DECIMAL_GB * NVME_USABLE_FRACTION) // CURVINE_GIB
-
-
-def check_worker_fits(env: Environment, file: str = "") -> list[Problem]:
-    """The worker data size against the NVMe of every GPU instance type (one worker per GPU node)."""
-    problems: list[Problem] = []
-    wanted = env.curvine.worker_data_gb
-    for type_name in sorted({g.instance_type for g in env.groups("gpu")}):
-        nvme_gb = env.instance(type_name).nvme_gb
-        limit = max_worker_data_gb(nvme_gb)
-        if wanted <= limit:
-            continue
-        if nvme_gb == 0:
-            problem = f"{type_name} has no instance-store NVMe for the Curvine worker"
-            allowed = "use GPU instance types with local NVMe (ml.g6e.*, ml.p5.48xlarge)"
-        else:
-            problem = (
-                f"{wanted} GB (Curvine GB = GiB, {curvine_gb_bytes(wanted) / DECIMAL_GB:.0f} decimal GB) does not fit "
-                f"the {nvme_gb} GB instance store of {type_name}, of which kvtier lets Curvine use "
-                f"{NVME_USABLE_FRACTION:.0%}"
-            )
-            allowed = (
-                f"use at most {limit} for {type_name}, or set catalog_overrides.{type_name}.nvme_gb if the catalog's "
-                "unverified size is wrong (check `df -BG /opt/dlami/nvme` on a node)"
-            )
-        problems.append(Problem(file, "curvine.worker_data_gb", problem, allowed))
-    return problems
-
-
-def check_masters_fit(env: Environment, file: str = "") -> list[Problem]:
-    """Masters need distinct system nodes (required anti-affinity)."""
-    nodes = sum(g.count for g in env.groups("system"))
-    if env.curvine.masters <= nodes:
-        return []
-    return [
-        Problem(
-            file,
-            "curvine.masters",
-            f"{env.curvine.masters} masters need {env.curvine.masters} distinct system nodes and the system groups "
-            f"have {nodes}",
-            "add system nodes (hyperpod.instance_groups, role system) or use fewer masters",
-        )
-    ]
-
-
-def curvine_problems(env: Environment, file: str = "") -> list[Problem]:
-    """Every Curvine check that needs the whole environment (for the loader's cross-checks)."""
-    return check_worker_fits(env, file) + check_masters_fit(env, file)

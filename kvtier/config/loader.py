@@ -1,7 +1,8 @@
 """The one loader: YAML files -> validated, typed configuration of one environment, or one ConfigError.
 
-Every problem is reported as `<file>: <field path>: <problem>; <what is allowed>`, all at once, before any
-construct is built.
+Parsing only: each file against its model. The cross-file rules run above this layer (`kvtier.rules.load_checked`,
+the entry the app and the CLI use). Every problem is reported as `<file>: <field path>: <problem>; <what is
+allowed>`, all at once, before any construct is built.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvtier.config.checks import cross_check
 from kvtier.config.environment import Environment
 from kvtier.config.errors import problems_from
 from kvtier.config.lob import LineOfBusiness
@@ -72,7 +72,8 @@ def _parse(model: type[M], path: Path, shown: str, name: str, what: str) -> tupl
     return parsed, []
 
 
-def load_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
+def parse_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
+    """Every file of the environment, each validated against its model (no cross-file rules)."""
     env_file = config_dir / "environments" / f"{env_name}.yaml"
     shown_env = str(env_file)
     if env_file.is_dir():
@@ -99,13 +100,4 @@ def load_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
             lobs[lob_name] = lob
     if problems:
         raise ConfigError(problems)
-    errors, warnings = cross_check(env, shown_env, lobs, files)
-    if errors:
-        raise ConfigError(errors)
-    return Config(
-        env=env,
-        config_dir=config_dir,
-        lobs=tuple(lobs[name] for name in env.lobs),
-        files=files,
-        warnings=tuple(warnings),
-    )
+    return Config(env=env, config_dir=config_dir, lobs=tuple(lobs[name] for name in env.lobs), files=files)

@@ -12,8 +12,8 @@ from constructs import Construct
 
 from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
+from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge, managed_policy
-from kvtier.stacks.manifests import StackOutputs, addon_release
 
 # Permissions beyond managed policies, per add-on; each builder gets the construct and a context.
 StatementBuilder = Callable[[Construct, Mapping[str, str]], list[iam.PolicyStatement]]

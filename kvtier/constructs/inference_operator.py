@@ -19,8 +19,8 @@ from kvtier.addons import addon
 from kvtier.config.environment import Environment
 from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.irsa import irsa_principal
+from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge, managed_policy
-from kvtier.stacks.manifests import StackOutputs, addon_release
 
 ADDON = "amazon-sagemaker-hyperpod-inference"
 NAMESPACE = "hyperpod-inference-system"

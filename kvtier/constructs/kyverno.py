@@ -14,8 +14,8 @@ from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
 from kvtier.config.environment import Environment
+from kvtier.constructs.manifests import HelmRelease, StackOutputs
 from kvtier.placement import placement
-from kvtier.stacks.manifests import HelmRelease, StackOutputs
 from kvtier.versions import KYVERNO_APP_VERSION, KYVERNO_CHART_REPOSITORY, KYVERNO_CHART_VERSION
 
 NAMESPACE = "kyverno"  # design "Names and limits"

@@ -9,8 +9,7 @@ from constructs import Construct
 from kvtier.config.endpoint import S3Model
 from kvtier.config.lob import LineOfBusiness
 from kvtier.constructs.nag import acknowledge
-from kvtier.k8s.isolation import MODEL_READER_SA
-from kvtier.naming import lob_namespace
+from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 
 def s3_models(lob: LineOfBusiness) -> list[S3Model]:

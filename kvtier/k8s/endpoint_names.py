@@ -19,9 +19,6 @@ ENGINE_CONTAINER = "engine"  # not `vllm`: the router probes /is_sleeping on con
 POLICY_NAME = "kvtier-l2-curvine"  # each LOB's Kyverno Policy
 ENDPOINT_LABEL = "kvtier.io/endpoint"
 COMPONENT_LABEL = "kvtier.io/component"
-# The header the standalone router's `session` (and kvaware's fallback) routing hashes (its --session-key), and the
-# one `kvtier bench shared-prefix` sends by default; here so the benchmark need not import the router's chart.
-SESSION_HEADER = "x-session-id"
 
 
 def engine_labels(endpoint: str) -> dict[str, str]:

@@ -25,7 +25,7 @@ from kvtier.config.network import plan_subnets
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, OPERATOR_NAMESPACE
 from kvtier.k8s.namespace import LOB_LABEL
-from kvtier.naming import lob_namespace
+from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 # The LOB's pods without a GPU: routers and benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only
 # there is L2 mounted); this allowance, on top of the GPU share, bounds them.
@@ -35,7 +35,6 @@ METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"
 # A container without its own requests and limits gets these (LimitRange defaults).
 DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}
 DEFAULT_LIMIT = {"cpu": "1", "memory": "1Gi"}
-MODEL_READER_SA = "model-reader"  # pods reading S3 model weights use this service account (EKS Pod Identity)
 
 
 def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:

@@ -21,10 +21,9 @@ from __future__ import annotations
 from typing import Any
 
 from kvtier.k8s.base import KvtierChart, api_object
-from kvtier.k8s.curvine.names import L2_MOUNT_PATH
 from kvtier.k8s.endpoint_names import POLICY_NAME
-from kvtier.k8s.lmcache import L2_CLAIM, L2_MARKER, L2_VOLUME, env_name, l2_url, rewire_env
 from kvtier.naming import lob_namespace
+from kvtier.serving import L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, L2_VOLUME, env_name, l2_url, rewire_env
 
 AUTOGEN_ANNOTATION = "pod-policies.kyverno.io/autogen-controllers"
 ENDPOINT_VAR = "{{ request.object.metadata.labels.app || '' }}"

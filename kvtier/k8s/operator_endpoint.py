@@ -18,15 +18,15 @@ from kvtier.k8s.endpoint_names import (
     operator_router_pod_label,
     operator_router_service_name,
 )
-from kvtier.k8s.lmcache import (
+from kvtier.naming import lob_namespace
+from kvtier.serving import (
     L2_MARKER,
     PROMETHEUS_DIR,
     hash_seed_env,
     lmcache_config,
     lmcache_env,
 )
-from kvtier.k8s.sizing import worker_size
-from kvtier.naming import lob_namespace
+from kvtier.sizing import worker_size
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 KIND = "InferenceEndpointConfig"

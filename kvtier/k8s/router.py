@@ -26,20 +26,20 @@ from kvtier.k8s.endpoint_names import (
     ENGINE_PORT,
     ROUTER_CONTAINER_PORT,
     ROUTER_PORT,
-    SESSION_HEADER,
     router_labels,
     router_name,
     router_service_name,
 )
-from kvtier.k8s.lmcache import (
+from kvtier.naming import lob_namespace
+from kvtier.placement import placement
+from kvtier.serving import (
     CONTROLLER_HEARTBEAT_PORT,
     CONTROLLER_PULL_PORT,
     CONTROLLER_REPLY_PORT,
     KV_AWARE_THRESHOLD,
+    SESSION_HEADER,
     hash_seed_env,
 )
-from kvtier.naming import lob_namespace
-from kvtier.placement import placement
 from kvtier.versions import ROUTER_IMAGE
 
 __all__ = ["SESSION_HEADER", "add_router", "router_service_name"]

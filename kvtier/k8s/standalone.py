@@ -17,7 +17,6 @@ import yaml
 from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
-from kvtier.k8s.curvine.names import L2_MOUNT_PATH
 from kvtier.k8s.endpoint_names import (
     COMPONENT_LABEL,
     ENDPOINT_LABEL,
@@ -28,9 +27,12 @@ from kvtier.k8s.endpoint_names import (
     service_host,
 )
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
-from kvtier.k8s.isolation import MODEL_READER_SA
-from kvtier.k8s.lmcache import (
+from kvtier.k8s.operator_endpoint import HEALTH_PATH, vllm_args
+from kvtier.naming import MODEL_READER_SA, lob_namespace
+from kvtier.placement import placement
+from kvtier.serving import (
     L2_CLAIM,
+    L2_MOUNT_PATH,
     L2_VOLUME,
     PROMETHEUS_DIR,
     Controller,
@@ -38,10 +40,7 @@ from kvtier.k8s.lmcache import (
     hash_seed_env,
     lmcache_config,
 )
-from kvtier.k8s.operator_endpoint import HEALTH_PATH, vllm_args
-from kvtier.k8s.sizing import worker_size
-from kvtier.naming import lob_namespace
-from kvtier.placement import placement
+from kvtier.sizing import worker_size
 
 CONFIG_DIR = "/etc/lmcache"
 CONFIG_FILE = "lmcache.yaml"

@@ -25,9 +25,9 @@ from kvtier.k8s.curvine.names import NAMESPACE as CURVINE_NAMESPACE
 from kvtier.k8s.curvine.names import component_labels
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
 from kvtier.k8s.endpoint_names import POLICY_NAME
-from kvtier.k8s.lmcache import HASH_SEED, L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, SERDE, env_name, l2_url
 from kvtier.naming import lob_namespace
 from kvtier.placement import node_selector
+from kvtier.serving import HASH_SEED, L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, SERDE, env_name, l2_url
 
 Obj = Mapping[str, Any]  # a Kubernetes object as the API returns it (JSON)
 
@@ -131,7 +131,7 @@ def pod_problems(endpoint: Endpoint, pod: Obj, configmaps: Sequence[Obj] = ()) -
     """What is wrong with one endpoint pod's cache wiring (empty when nothing is).
 
     LMCache reads its file (LMCACHE_CONFIG_FILE) and lets LMCACHE_<KEY> variables override it, so a setting is the
-    variable when set, else the file's value (kvtier.k8s.lmcache)."""
+    variable when set, else the file's value (kvtier.serving)."""
     container = serving_container(endpoint, pod)
     if container is None:
         return ["no vLLM container found (named after the endpoint, `engine`, or carrying LMCache settings)"]

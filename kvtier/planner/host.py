@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from kvtier.catalog import SYSTEM_RESERVE_GIB, VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB
 from kvtier.config.endpoint import Endpoint
-from kvtier.k8s.lmcache import l1_pinned_gib  # what the charts tell LMCache to pin (a light module: no cdk8s)
+from kvtier.serving import l1_pinned_gib  # what the charts tell LMCache to pin (a light module: no cdk8s)
 
 
 @dataclass(frozen=True)

@@ -73,7 +73,7 @@ def endpoint_tiers(
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
     l1_bytes = (endpoint.cache.l1_gb if l1_gb is None else l1_gb) * GIB
-    # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/k8s/lmcache.py).
+    # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/serving.py).
     # Every rank stores the same chunks, each with only its own KV heads (LMCache's kv_shape uses vLLM's per-GPU
     # head count), so the replica's L1 holds (l1 / tp) / (per-rank bytes per token) tokens: l1 / kv_bytes_per_token
     # when the KV heads divide evenly, fewer when TP exceeds the KV heads and ranks hold copies of a head.

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvtier.errors import UsageError
-from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.planner.model import TierModel
+from kvtier.serving import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router

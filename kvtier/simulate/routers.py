@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
-from kvtier.k8s.lmcache import KV_AWARE_THRESHOLD
+from kvtier.serving import KV_AWARE_THRESHOLD
 from kvtier.simulate.cache import LRU
 
 Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware"]

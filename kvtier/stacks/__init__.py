@@ -1,6 +1,6 @@
 """Composition of one environment: which stacks, in which order, with which dependencies.
 
-Stack modules are imported inside `build_environment`, so constructs can use `kvtier.stacks.manifests` without
+Stack modules are imported inside `build_environment`, so constructs can use `kvtier.constructs.manifests` without
 importing every stack (no import cycle).
 """
 

@@ -7,8 +7,8 @@ from aws_cdk import Stack, Tags
 from constructs import Construct
 
 from kvtier.config.environment import Environment
+from kvtier.constructs.manifests import StackOutputs
 from kvtier.naming import stack_name
-from kvtier.stacks.manifests import StackOutputs
 
 ENV_TAG = "kvtier:environment"
 

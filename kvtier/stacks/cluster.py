@@ -25,10 +25,10 @@ from kvtier.constructs.hyperpod_dependencies import (
     REPOSITORY,
     HyperPodDependencies,
 )
+from kvtier.constructs.manifests import HelmRelease
 from kvtier.constructs.network import KvtierNetwork
 from kvtier.constructs.tiered_storage import TieredStorageSetting
 from kvtier.stacks.base import KvtierStack
-from kvtier.stacks.manifests import HelmRelease
 
 
 class ClusterStack(KvtierStack):

@@ -17,6 +17,7 @@ from constructs import Construct
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
+from kvtier.constructs.manifests import apply_chart
 from kvtier.constructs.model_access import ModelReaderRole, s3_models
 from kvtier.k8s.base import KvtierChart, api_object, chart_app
 from kvtier.k8s.bench_job import add_bench_job
@@ -24,14 +25,13 @@ from kvtier.k8s.curvine.janitor import add_janitor
 from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
 from kvtier.k8s.isolation import add_isolation
 from kvtier.k8s.kyverno_policy import add_l2_policy
-from kvtier.k8s.lmcache import L2_CLAIM
 from kvtier.k8s.namespace import add_namespace
 from kvtier.k8s.operator_endpoint import add_operator_endpoint
 from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
 from kvtier.naming import l2_lob_path, lob_namespace
+from kvtier.serving import L2_CLAIM
 from kvtier.stacks.base import KvtierStack
-from kvtier.stacks.manifests import apply_chart
 
 LOB_TAG = "kvtier:line-of-business"
 

@@ -8,10 +8,10 @@ from constructs import Construct
 from kvtier.config.loader import Config
 from kvtier.constructs.inference_operator import InferenceOperator
 from kvtier.constructs.kyverno import Kyverno
+from kvtier.constructs.manifests import apply_chart
 from kvtier.k8s.base import chart_app
 from kvtier.k8s.curvine.charts import curvine_charts
 from kvtier.stacks.base import KvtierStack
-from kvtier.stacks.manifests import apply_chart
 
 
 class PlatformStack(KvtierStack):

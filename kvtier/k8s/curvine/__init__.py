@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kvtier.k8s.curvine.charts import curvine_charts, gpu_node_requests
     from kvtier.k8s.curvine.janitor import add_janitor
-    from kvtier.k8s.curvine.names import L2_MOUNT_PATH, NAMESPACE
+    from kvtier.k8s.curvine.names import NAMESPACE
     from kvtier.k8s.curvine.volumes import PV_CAPACITY, STORAGE_CLASS_NAME, master_addresses, pvc_spec, static_pv
 
 _HOME = {
     "curvine_charts": "charts",
     "gpu_node_requests": "charts",
     "add_janitor": "janitor",
-    "L2_MOUNT_PATH": "names",
     "NAMESPACE": "names",
     "PV_CAPACITY": "volumes",
     "STORAGE_CLASS_NAME": "volumes",
@@ -30,7 +29,6 @@ _HOME = {
     "static_pv": "volumes",
 }
 __all__ = [
-    "L2_MOUNT_PATH",
     "NAMESPACE",
     "PV_CAPACITY",
     "STORAGE_CLASS_NAME",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import cdk8s
 
-from kvtier.config.curvine import cpu_millis, curvine_problems, memory_bytes
+from kvtier.config.curvine import cpu_millis, memory_bytes
 from kvtier.config.environment import Environment
 from kvtier.errors import ConfigError
 from kvtier.k8s.base import KvtierChart
 from kvtier.k8s.curvine.cluster import cluster_chart, namespace_chart
 from kvtier.k8s.curvine.csi import PLUGIN_RESOURCES, SIDECAR_RESOURCES, csi_chart
+from kvtier.rules.l2 import curvine_problems
 
 
 def curvine_charts(app: cdk8s.App, env: Environment) -> list[KvtierChart]:

@@ -10,10 +10,10 @@ import cdk8s
 
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import api_object
-from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, env_var
 from kvtier.k8s.curvine.scripts import JANITOR, script_text
 from kvtier.placement import placement
+from kvtier.serving import L2_MOUNT_PATH
 
 DEFAULT_SCHEDULE = "*/10 * * * *"
 TMP_MAX_AGE_MINUTES = 60  # LMCache renames `<file>.tmp` as soon as the write ends: an hour-old one was interrupted
@@ -23,7 +23,7 @@ SCRIPT_DIR = "/opt/kvtier/janitor"
 
 def janitor_args(budget_gb: float, max_age_hours: float) -> list[str]:
     return [
-        names.L2_MOUNT_PATH,
+        L2_MOUNT_PATH,
         f"--budget-gb={budget_gb:g}",
         f"--max-age-hours={max_age_hours:g}",
         f"--tmp-max-age-minutes={TMP_MAX_AGE_MINUTES}",
@@ -70,7 +70,7 @@ def add_janitor(
         # unlinks inside the mount.
         "securityContext": dict(RESTRICTED_READ_ONLY),
         "volumeMounts": [
-            {"name": "l2", "mountPath": names.L2_MOUNT_PATH},  # the same path as the endpoint pods (design)
+            {"name": "l2", "mountPath": L2_MOUNT_PATH},  # the same path as the endpoint pods (design)
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
         ],
     }

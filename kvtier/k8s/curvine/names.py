@@ -48,8 +48,6 @@ KUBELET_DIR = "/var/lib/kubelet"
 PLUGIN_DIR = f"{KUBELET_DIR}/plugins/curvine"
 REGISTRATION_DIR = f"{KUBELET_DIR}/plugins_registry"
 
-# Where pods mount their LOB's L2 volume (design "L2 layout").
-L2_MOUNT_PATH = "/mnt/kvtier/l2"
 
 SELECTOR_NAME = {"app.kubernetes.io/name": "curvine"}
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from kvtier.catalog import VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB, InstanceType
 from kvtier.config.endpoint import CacheConfig
-from kvtier.k8s.lmcache import l1_pinned_gib
+from kvtier.serving import l1_pinned_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

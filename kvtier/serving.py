@@ -1,5 +1,7 @@
-"""An endpoint's LMCache settings: the one source for the standalone ConfigMap, the operator worker environment and the
-Kyverno rewiring, so no two paths drift.
+"""How an endpoint is served, as facts the charts, the planner, the simulator and the benchmark share: LMCache settings
+and their arithmetic, the L2 mount path, the router's session header and kv-aware threshold. The one source for the
+standalone ConfigMap, the operator worker environment and the Kyverno rewiring, so no two paths drift. Plain Python:
+nothing here imports cdk8s, constructs or charts, so every layer above config may import it.
 
 Keys are LMCache 0.4.3 `_CONFIG_DEFINITIONS` names (tests parse them with LMCache's own loader). LMCache reads
 `LMCACHE_CONFIG_FILE` first and then lets `LMCACHE_<KEY>` variables override it (`lmcache_get_or_create_config`,
@@ -20,10 +22,10 @@ from typing import Any
 
 from kvtier.catalog import LMCACHE_STAGING_GIB
 from kvtier.config.endpoint import CacheConfig
-from kvtier.k8s.curvine import names as curvine_names
 
 ENV_PREFIX = "LMCACHE_"
-L2_MOUNT_PATH = curvine_names.L2_MOUNT_PATH  # design "L2 layout": where pods mount their LOB's L2
+# Where pods mount their LOB's L2 volume (design "L2 layout").
+L2_MOUNT_PATH = "/mnt/kvtier/l2"
 L2_CLAIM = "l2-cache"
 L2_VOLUME = "kvtier-l2"
 # Cache keys use Python hashing: every pod sharing L2 needs the same seed (curvine-lmcache.md 2.5).
@@ -46,6 +48,9 @@ WORKER_PORT_BASE = 8001  # one LMCache worker port per tensor-parallel rank: 800
 # tokens: production-stack's `--kv-aware-threshold` default (/work/notes/vllm-lmcache-router.md 3.2 and 3.4). The
 # router chart sets it and `kvtier simulate` models it; here because both must import it without cdk8s.
 KV_AWARE_THRESHOLD = 2000
+# The header the standalone router's `session` (and kvaware's fallback) routing hashes (its --session-key), and the
+# one `kvtier bench shared-prefix` sends by default.
+SESSION_HEADER = "x-session-id"
 
 
 def env_name(key: str) -> str:

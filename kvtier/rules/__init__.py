@@ -1,0 +1,65 @@
+"""Cross-file rules on a whole environment (env file + its LOB files), above config and planner.
+
+`load_checked` is the one entry the app and the CLI use: parse the files (kvtier.config.loader), then run every
+rule. Each rule family has its module; errors stop `cdk synth` and `kvtier validate` (exit 2), warnings are printed
+(exit 0). Checks of one file's own fields live in its model; here is what needs several files, the catalog or the
+planner. The rules and their sources: docs/planning.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+
+from kvtier.config.environment import Environment
+from kvtier.config.loader import DEFAULT_ENV, Config, parse_config
+from kvtier.config.lob import LineOfBusiness
+from kvtier.errors import ConfigError, Problem
+from kvtier.rules.context import Context, Findings
+from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
+from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
+from kvtier.rules.l2 import check_chunk_alignment, check_l2_pool, check_shared_model_ids, curvine_problems
+from kvtier.rules.models import endpoint_models
+from kvtier.rules.routing import check_routing
+from kvtier.rules.tiered_storage import check_tiered_storage
+
+__all__ = ["cross_check", "load_checked"]
+
+
+def cross_check(
+    env: Environment, env_file: str, lobs: Mapping[str, LineOfBusiness], lob_files: Mapping[str, str]
+) -> tuple[list[Problem], list[Problem]]:
+    """(errors, warnings) for the environment as a whole."""
+    ctx = Context(env, env_file, tuple(lobs[name] for name in env.lobs if name in lobs), lob_files)
+    found = Findings()
+    found.errors.extend(curvine_problems(env, env_file))
+    models = endpoint_models(ctx, found)
+    for site in ctx.sites():
+        placement = placement_problems(ctx, site)
+        found.errors.extend(placement)
+        check_chunk_alignment(site, found)
+        check_routing(site, found)
+        check_tiered_storage(ctx, site, found)
+        model = models.get((site.lob.name, site.index))
+        if model is not None and not placement:
+            check_model_fits(ctx, site, model, found)
+    for lob in ctx.lobs:
+        check_quota(ctx, lob, found)
+        check_shared_model_ids(ctx, lob, found)
+    check_gpu_groups(ctx, found)
+    check_node_memory(ctx, found)
+    check_l2_pool(ctx, found)
+    check_rolling_updates(ctx, found)
+    return found.errors, found.warnings
+
+
+def load_checked(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
+    """The environment `env_name` under `config_dir`, parsed and cross-checked; one ConfigError with every problem."""
+    config = parse_config(config_dir, env_name)
+    errors, warnings = cross_check(
+        config.env, config.files["env"], {lob.name: lob for lob in config.lobs}, config.files
+    )
+    if errors:
+        raise ConfigError(errors)
+    return dataclasses.replace(config, warnings=tuple(warnings))

@@ -1,0 +1,204 @@
+"""The import structure of `kvtier/` (design "Layers"): no circles, and no module imports a layer above its own.
+
+Layers, bottom to top (a module may import its own package and any lower layer, never a higher one nor a sibling
+package of its own layer, except in the layers of small shared modules):
+facts -> config -> shared serving facts -> planner, bench -> simulate -> rules -> charts -> constructs -> stacks ->
+entry points. The graph is read from the source with `ast`, so a lazy import inside a function counts too; imports
+under `if TYPE_CHECKING:` are left out of the circle check only (they never run).
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "kvtier"
+
+# (layer, module prefixes), lowest first. A prefix matches the module and everything below it.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    (
+        "facts",
+        (
+            "kvtier.errors",
+            "kvtier.naming",
+            "kvtier.versions",
+            "kvtier.catalog",
+            "kvtier.addons",
+            "kvtier.trace",
+            "kvtier.stats",
+            "kvtier.benchdoc",
+            "kvtier.day2",
+            "kvtier.lambdas",
+            "kvtier.k8s.curvine.scripts",
+        ),
+    ),
+    ("config", ("kvtier.config",)),
+    ("serving facts", ("kvtier.serving", "kvtier.sizing", "kvtier.placement")),
+    ("planner and bench", ("kvtier.planner", "kvtier.bench")),
+    ("simulator", ("kvtier.simulate",)),
+    ("rules", ("kvtier.rules",)),
+    ("charts", ("kvtier.k8s",)),
+    ("constructs", ("kvtier.constructs",)),
+    ("stacks", ("kvtier.stacks",)),
+    ("entry points", ("kvtier.dist", "kvtier.app", "kvtier.ops", "kvtier.benchsynth", "kvtier.cli", "kvtier.__main__")),
+]
+SHARED_LAYERS = {"facts", "serving facts", "entry points"}
+ROOT_PACKAGE = "kvtier"  # kvtier/__init__.py: the version only
+# The pure layers import nothing from charts or constructs (design "Layers"), whatever their rank.
+PURE = ("kvtier.planner", "kvtier.simulate", "kvtier.bench", "kvtier.serving", "kvtier.sizing", "kvtier.rules")
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    target: str
+    line: int
+    type_checking: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def _type_checking_lines(tree: ast.AST) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+def _edges(modules: dict[str, Path]) -> list[Edge]:
+    edges: list[Edge] = []
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(), str(path))
+        guarded = _type_checking_lines(tree)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)):
+                continue
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                    base = ".".join([*parts, *([node.module] if node.module else [])])
+                submodules = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in modules]
+                targets = submodules if len(submodules) == len(node.names) else [base, *submodules]
+            for target in targets:
+                if target in modules and target != name:
+                    edges.append(Edge(name, target, node.lineno, node.lineno in guarded))
+    return edges
+
+
+def _layer(module: str) -> int:
+    if module == ROOT_PACKAGE:
+        return 0
+    for rank, (_, prefixes) in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return rank
+    raise AssertionError(f"{module} is in no layer: add it to LAYERS in {Path(__file__).name}")
+
+
+def _shared(module: str) -> bool:
+    """Layers of small independent modules, which may import each other (circles are still refused)."""
+    return LAYERS[_layer(module)][0] in SHARED_LAYERS
+
+
+def _package(module: str) -> str:
+    """The unit inside which modules may import each other freely (e.g. kvtier.bench, kvtier.k8s)."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def _upward(edges: list[Edge]) -> list[str]:
+    return [
+        f"{e.source}:{e.line} imports {e.target} ({LAYERS[_layer(e.target)][0]} is above {LAYERS[_layer(e.source)][0]})"
+        for e in edges
+        if _package(e.source) != _package(e.target)
+        and (_layer(e.target) > _layer(e.source) or (_layer(e.target) == _layer(e.source) and not _shared(e.source)))
+    ]
+
+
+def _circles(edges: list[Edge]) -> list[str]:
+    graph: dict[str, set[str]] = {}
+    for e in edges:
+        if not e.type_checking:
+            graph.setdefault(e.source, set()).add(e.target)
+    cycles: list[str] = []
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                cycles.append(" -> ".join([*stack[stack.index(nxt) :], nxt]))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    return cycles
+
+
+@pytest.fixture(scope="module")
+def edges() -> list[Edge]:
+    return _edges(_modules())
+
+
+def test_every_module_has_a_layer() -> None:
+    for module in _modules():
+        _layer(module)
+
+
+def test_no_module_imports_a_layer_above_it(edges: list[Edge]) -> None:
+    assert _upward(edges) == []
+
+
+def test_pure_layers_import_no_charts_or_constructs(edges: list[Edge]) -> None:
+    impure = [
+        f"{e.source}:{e.line} imports {e.target}"
+        for e in edges
+        if e.source.startswith(PURE) and e.target.startswith(("kvtier.k8s", "kvtier.constructs", "kvtier.stacks"))
+    ]
+    assert impure == []
+
+
+def test_no_import_circles(edges: list[Edge]) -> None:
+    assert _circles(edges) == []
+
+
+def test_the_checks_find_a_planted_upward_import_and_circle(tmp_path: Path) -> None:
+    """The checks above can fail: a planner module importing a stack is upward, and two config modules importing
+    each other are a circle (a TYPE_CHECKING-only import is not)."""
+    (tmp_path / "kvtier" / "config").mkdir(parents=True)
+    upward = tmp_path / "kvtier" / "planned.py"
+    upward.write_text("from kvtier.stacks import lob\n")
+    first, second = tmp_path / "kvtier" / "config" / "a.py", tmp_path / "kvtier" / "config" / "b.py"
+    first.write_text("from kvtier.config import b\n")
+    second.write_text("from typing import TYPE_CHECKING\nimport kvtier.config.a\n")
+    modules = {**_modules(), "kvtier.planner.planted": upward, "kvtier.config.a": first, "kvtier.config.b": second}
+    found = _edges(modules)
+    assert _upward(found) == ["kvtier.planner.planted:1 imports kvtier.stacks.lob (stacks is above planner and bench)"]
+    assert _circles(found) == ["kvtier.config.a -> kvtier.config.b -> kvtier.config.a"]
+    second.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import kvtier.config.a\n")
+    assert _circles(_edges(modules)) == []
