@@ -522,3 +522,57 @@ def resolve_model(model_id: str, described: Mapping[str, ShapeLike]) -> Model:
     if model_id in MODELS:
         return MODELS[model_id]
     raise UnknownModelError(model_id)
+
+
+# --- Availability Zones -------------------------------------------------------------------------------------------
+
+REF_ZONES = "cfn-lint 1.58.0 cfnlint/helpers.py AVAILABILITY_ZONES (lint data; zone names as AWS lists them)"
+REF_ZONE_IDS = "https://docs.aws.amazon.com/ram/latest/userguide/working-with-az-ids.html (AZ IDs such as use1-az1)"
+# Zone letters of every region an instance type of the catalog is offered in: a zone name is region + letter.
+ZONE_LETTERS: dict[str, str] = {
+    "ap-northeast-1": "abcd",
+    "ap-northeast-2": "abcd",
+    "ap-south-1": "abc",
+    "ap-south-2": "abc",
+    "ap-southeast-1": "abc",
+    "ap-southeast-2": "abc",
+    "ap-southeast-3": "abc",
+    "ap-southeast-4": "abc",
+    "ca-central-1": "abcd",
+    "eu-central-1": "abc",
+    "eu-north-1": "abc",
+    "eu-south-2": "abc",
+    "eu-west-1": "abc",
+    "eu-west-2": "abc",
+    "sa-east-1": "abc",
+    "us-east-1": "abcdef",
+    "us-east-2": "abc",
+    "us-west-1": "ac",
+    "us-west-2": "abcd",
+}
+_DIRECTIONS = {
+    "north": "n",
+    "south": "s",
+    "east": "e",
+    "west": "w",
+    "central": "c",
+    "northeast": "ne",
+    "northwest": "nw",
+    "southeast": "se",
+    "southwest": "sw",
+}
+
+
+def zone_names(region: str) -> list[str]:
+    """The zone names of `region` (empty for a region the catalog does not know)."""
+    return [region + letter for letter in ZONE_LETTERS.get(region, "")]
+
+
+def zone_id_prefix(region: str) -> str | None:
+    """The prefix of `region`'s AZ IDs (us-west-2 -> usw2, ap-northeast-1 -> apne1), or None when the name does not
+    follow AWS's <area>-<direction>-<number> form. AZ IDs name the same physical zone in every account, where zone
+    names are mapped per account (REF_ZONE_IDS)."""
+    parts = region.split("-")
+    if len(parts) != 3 or parts[1] not in _DIRECTIONS or not parts[2].isdigit():
+        return None
+    return parts[0] + _DIRECTIONS[parts[1]] + parts[2]

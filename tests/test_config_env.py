@@ -46,7 +46,7 @@ BAD_INPUTS: list[tuple[str, Edit, str, str]] = [
         "zone outside the region",
         lambda d: d.update(availability_zones=["us-west-2a", "us-east-1b"]),
         "availability_zones[1]",
-        "not in region us-west-2",
+        "is not a zone of us-west-2",
     ),
     ("cidr that does not parse", lambda d: d["network"].update(cidr="10.0.0.300/16"), "network.cidr", "10.0.0.0/16"),
     (

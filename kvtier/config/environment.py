@@ -8,7 +8,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.catalog import INSTANCE_TYPES, InstanceType, with_overrides
+from kvtier.catalog import INSTANCE_TYPES, InstanceType, with_overrides, zone_id_prefix, zone_names
 from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
 from kvtier.config.curvine import CurvineConfig
 from kvtier.config.eks import EksConfig
@@ -66,6 +66,10 @@ def _tags(value: dict[str, str]) -> dict[str, str]:
 CatalogOverrides = dict[str, dict[str, float | int]]
 
 
+# An AZ ID: the region's prefix, "-az", a number (https://docs.aws.amazon.com/ram/latest/userguide/working-with-az-ids.html).
+_ZONE_ID = re.compile(r"[a-z]{2,4}[a-z]{1,2}[0-9]+-az[0-9]+")
+
+
 class Environment(StrictModel):
     name: Annotated[str, rfc1123_label(ENV_NAME_MAX, "environment name (RFC 1123 label)")]
     region: Annotated[str, AfterValidator(_region)]
@@ -80,15 +84,47 @@ class Environment(StrictModel):
     lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _cross_fields(self) -> Environment:
+    @property
+    def zones_are_ids(self) -> bool:
+        """True when `availability_zones` lists AZ IDs (usw2-az1), False for zone names (us-west-2a)."""
+        return bool(self.availability_zones) and bool(_ZONE_ID.fullmatch(self.availability_zones[0]))
+
+    def _check_zones(self) -> None:
+        """Zone names of the region (catalog), or AZ IDs with the region's prefix; one kind, not both."""
+        names = zone_names(self.region)
+        prefix = zone_id_prefix(self.region)
+        ids = self.zones_are_ids
+        example = f"{self.region}a and {self.region}b" if not names else f"{names[0]} and {names[1 % len(names)]}"
         for i, az in enumerate(self.availability_zones):
-            if not re.fullmatch(re.escape(self.region) + r"[a-z]", az):
+            if ids:
+                if not _ZONE_ID.fullmatch(az):
+                    raise FieldError(
+                        f"availability_zones[{i}]",
+                        f"'{az}' is a zone name and availability_zones[0] is an AZ ID",
+                        "list either zone names or AZ IDs, not both",
+                    )
+                if prefix is None or not az.startswith(prefix + "-"):
+                    raise FieldError(
+                        f"availability_zones[{i}]",
+                        f"AZ ID '{az}' is not in region {self.region}",
+                        f"use AZ IDs of {self.region}, like {prefix}-az1" if prefix else "use zone names",
+                    )
+            elif names and az not in names:
+                raise FieldError(
+                    f"availability_zones[{i}]",
+                    f"zone '{az}' is not a zone of {self.region}",
+                    f"use one of {', '.join(names)} (or AZ IDs like {prefix}-az1)",
+                )
+            elif not names and not re.fullmatch(re.escape(self.region) + r"[a-z]", az):
                 raise FieldError(
                     f"availability_zones[{i}]",
                     f"zone '{az}' is not in region {self.region}",
-                    f"use zones of {self.region}, like {self.region}a and {self.region}b",
+                    f"use zones of {self.region}, like {example}",
                 )
+
+    @model_validator(mode="after")
+    def _cross_fields(self) -> Environment:
+        self._check_zones()
         if self.hyperpod.existing is None and len(self.availability_zones) < 2:
             raise FieldError(
                 "availability_zones",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from collections.abc import Sequence
@@ -106,8 +107,24 @@ def _clean_loc(loc: Sequence[str | int], root: type[BaseModel]) -> list[str | in
     return out
 
 
+# Values quoted in messages are cut to this many characters: a message stays one readable line even when the value
+# is a whole mapping or a huge string.
+MAX_SHOWN = 80
+
+
+_QUOTED = re.compile("'([^']{" + str(MAX_SHOWN + 1) + ",})'")
+
+
 def _display(value: Any) -> str:
-    return "null" if value is None else repr(value)
+    if value is None:
+        return "null"
+    shown = repr(value)
+    return shown if len(shown) <= MAX_SHOWN else shown[: MAX_SHOWN - 3] + "..."
+
+
+def cut_quoted(text: str) -> str:
+    """`text` with every quoted value longer than MAX_SHOWN characters cut (validators quote what the user wrote)."""
+    return _QUOTED.sub(lambda m: f"'{m.group(1)[: MAX_SHOWN - 3]}...'", text)
 
 
 def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]) -> tuple[str, str, list[str | int]]:
@@ -132,10 +149,10 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
     if kind == "missing":
         return "is required but missing", "add it (the example files under config/ show every key)", loc
     if kind in ("literal_error", "enum"):
-        return f"{value!r} is not allowed", f"use one of {ctx.get('expected', '')}", loc
+        return f"{_display(value)} is not allowed", f"use one of {ctx.get('expected', '')}", loc
     if kind in _RANGE:
         bound = next(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
-        return f"{value!r} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
+        return f"{_display(value)} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
     if kind == "too_short":
         return f"{ctx.get('actual_length')} item(s) given", f"give at least {ctx.get('min_length')}", loc
     if kind == "too_long":
@@ -148,15 +165,15 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
             loc,
         )
     if kind == "finite_number":
-        return f"{value!r} is not a finite number", "use a plain number (.inf and .nan are not allowed)", loc
+        return f"{_display(value)} is not a finite number", "use a plain number (.inf and .nan are not allowed)", loc
     if kind == "string_pattern_mismatch":
-        return f"{value!r} does not have the expected form", f"use a value matching {ctx.get('pattern')}", loc
+        return f"{_display(value)} does not have the expected form", f"use a value matching {ctx.get('pattern')}", loc
     if kind in _TYPE_WORDS:
         if value is None:
             return "null is given", f"use {_TYPE_WORDS[kind]}", loc
         got = type(value).__name__
         article = "an" if got[0] in "aeiou" else "a"
-        return f"{value!r} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
+        return f"{_display(value)} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
     return f"{_display(value)} is invalid ({error['msg']})", "see the example files under config/", loc
 
 
@@ -168,7 +185,7 @@ def problems_from(
     for error in err.errors(include_url=False):
         loc = _clean_loc(error["loc"], root)
         problem, allowed, where = _describe(dict(error), root, loc)
-        item = Problem(file, format_path([*prefix, *where]), problem, allowed)
+        item = Problem(file, format_path([*prefix, *where]), cut_quoted(problem), cut_quoted(allowed))
         if item.field not in seen:  # a union reports one failure per branch: say the first, once per field
             seen.add(item.field)
             problems.append(item)

@@ -8,6 +8,7 @@ allowed>`, all at once, before any construct is built.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from kvtier.config.environment import Environment
-from kvtier.config.errors import problems_from
+from kvtier.config.errors import cut_quoted, problems_from
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.yamlio import read_yaml
 from kvtier.errors import ConfigError, Problem
@@ -47,17 +48,71 @@ def resolve_config_dir(flag: str | None) -> Path:
 
 
 def available_envs(config_dir: Path) -> list[str]:
-    return sorted(p.stem for p in (config_dir / "environments").glob("*.yaml") if p.is_file())
+    folder = config_dir / "environments"
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.glob("*.yaml") if p.is_file() and _NAME.fullmatch(p.stem))
+
+
+# What an environment or LOB name may be (design "Names and limits": RFC 1123 labels); anything else, such as a path,
+# is refused before it is joined to a folder, so `-e ../lobs/retail` cannot load a LOB file as an environment.
+_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+
+
+def _file_problem(path: Path, shown: str, name: str, what: str) -> Problem | None:
+    """Why `path` cannot be read as the file of `name`, or None when it is a readable regular file."""
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:
+            return Problem(shown, "", "is a symbolic link that loops back on itself", "point it at a real file")
+        except OSError:
+            return Problem(
+                shown, "", f"is a symbolic link to {path.readlink()}, which does not exist", "fix or remove the link"
+            )
+    if path.is_dir():
+        return Problem(shown, "", "is a directory, not a file", f"replace it with the {what} file")
+    if path.exists() and not path.is_file():
+        return Problem(shown, "", "is not a regular file", f"replace it with the {what} file")
+    if not path.is_file():
+        return Problem(shown, "", f"{what} '{name}' has no file", f"create {shown} (see the examples in config/)")
+    return None
+
+
+def check_config_dir(config_dir: Path) -> None:
+    """The config folder exists and holds environments/: else one error naming the folder."""
+    shown = str(config_dir)
+    if config_dir.is_file():
+        raise ConfigError(
+            [Problem(shown, "", "is a file, not a config folder", "pass the folder that holds environments/ and lobs/")]
+        )
+    if not config_dir.is_dir():
+        raise ConfigError(
+            [
+                Problem(
+                    shown, "", "config folder does not exist", "pass --config-dir with a folder holding environments/"
+                )
+            ]
+        )
+    environments = config_dir / "environments"
+    if not environments.is_dir():
+        raise ConfigError(
+            [
+                Problem(
+                    str(environments),
+                    "",
+                    "folder does not exist",
+                    "create it with one <env>.yaml per environment (see config/environments/ in the kvtier repo)",
+                )
+            ]
+        )
 
 
 def _parse(model: type[M], path: Path, shown: str, name: str, what: str) -> tuple[M | None, list[Problem]]:
     """Validate one file; the file's `name` must equal its file name."""
-    if path.is_dir():
-        return None, [Problem(shown, "", "is a directory, not a file", f"replace it with the {what} file")]
-    if not path.is_file():
-        return None, [
-            Problem(shown, "", f"{what} '{name}' has no file", f"create {shown} (see the examples in config/)")
-        ]
+    problem = _file_problem(path, shown, name, what)
+    if problem is not None:
+        return None, [problem]
     try:
         data: dict[str, Any] = read_yaml(path, shown)
         parsed = model.model_validate(data)
@@ -72,24 +127,47 @@ def _parse(model: type[M], path: Path, shown: str, name: str, what: str) -> tupl
     return parsed, []
 
 
+def _raw_lob_names(path: Path, shown: str) -> list[str]:
+    """The `lobs` list of an environment file that failed validation, so the LOB files are checked too and every
+    problem of every file is reported at once (names that are not plain names are skipped)."""
+    try:
+        data = read_yaml(path, shown)
+    except ConfigError:
+        return []
+    names = data.get("lobs")
+    if not isinstance(names, list):
+        return []
+    return [n for n in names if isinstance(n, str) and _NAME.fullmatch(n)]
+
+
 def parse_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
     """Every file of the environment, each validated against its model (no cross-file rules)."""
+    check_config_dir(config_dir)
+    known = available_envs(config_dir)
+    if not _NAME.fullmatch(env_name):
+        raise ConfigError(
+            [
+                Problem(
+                    "-e/--env",
+                    "",
+                    f"'{cut_quoted(env_name)}' is not an environment name (a file name under "
+                    f"{config_dir / 'environments'}, without .yaml)",
+                    f"use one of {', '.join(known)}" if known else "use a lowercase name like dev",
+                )
+            ]
+        )
     env_file = config_dir / "environments" / f"{env_name}.yaml"
     shown_env = str(env_file)
-    if env_file.is_dir():
-        raise ConfigError(
-            [Problem(shown_env, "", "is a directory, not a file", "replace it with the environment file")]
+    if not env_file.exists() and not env_file.is_symlink():
+        allowed = (
+            f"environments here: {', '.join(known)}" if known else f"create {shown_env} (see docs/configuration.md)"
         )
-    if not env_file.is_file():
-        known = available_envs(config_dir)
-        allowed = f"environments here: {', '.join(known)}" if known else f"create {shown_env} (see README)"
         raise ConfigError([Problem(shown_env, "", f"environment '{env_name}' has no file", allowed)])
     env, problems = _parse(Environment, env_file, shown_env, env_name, "environment")
-    if env is None:
-        raise ConfigError(problems)
+    lob_names = list(env.lobs) if env is not None else _raw_lob_names(env_file, shown_env)
     lobs: dict[str, LineOfBusiness] = {}
     files = {"env": shown_env}
-    for index, lob_name in enumerate(env.lobs):
+    for index, lob_name in enumerate(lob_names):
         path = config_dir / "lobs" / f"{lob_name}.yaml"
         files[lob_name] = str(path)
         lob, lob_problems = _parse(LineOfBusiness, path, str(path), lob_name, "line of business")
@@ -98,6 +176,6 @@ def parse_config(config_dir: Path, env_name: str = DEFAULT_ENV) -> Config:
         problems.extend(lob_problems)
         if lob is not None:
             lobs[lob_name] = lob
-    if problems:
+    if problems or env is None:
         raise ConfigError(problems)
     return Config(env=env, config_dir=config_dir, lobs=tuple(lobs[name] for name in env.lobs), files=files)

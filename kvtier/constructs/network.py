@@ -14,7 +14,10 @@ from kvtier.constructs.nag import acknowledge
 class KvtierNetwork(Construct):
     """A VPC over explicit zones (never looked up), with what HyperPod nodes need to reach AWS."""
 
-    def __init__(self, scope: Construct, id: str, *, config: NetworkConfig, zones: list[str]) -> None:
+    def __init__(
+        self, scope: Construct, id: str, *, config: NetworkConfig, zones: list[str], zone_ids: bool = False
+    ) -> None:
+        """`zones`: zone names, or AZ IDs when `zone_ids` (then each subnet is pinned by AvailabilityZoneId)."""
         super().__init__(scope, id)
         self.vpc = ec2.Vpc(
             self,
@@ -32,6 +35,8 @@ class KvtierNetwork(Construct):
             ],
             restrict_default_security_group=True,
         )
+        if zone_ids:
+            _pin_zone_ids(self.vpc)
         self.flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
@@ -104,3 +109,13 @@ _RETENTION = {
     365: logs.RetentionDays.ONE_YEAR,
     731: logs.RetentionDays.TWO_YEARS,
 }
+
+
+def _pin_zone_ids(vpc: ec2.Vpc) -> None:
+    """CDK's Vpc writes each subnet's zone as `AvailabilityZone`; an AZ ID belongs in `AvailabilityZoneId`
+    (AWS::EC2::Subnet accepts either, not both), which names the same physical zone in every account."""
+    for subnet in [*vpc.public_subnets, *vpc.private_subnets]:
+        cfn = subnet.node.default_child
+        assert isinstance(cfn, ec2.CfnSubnet)
+        cfn.add_property_deletion_override("AvailabilityZone")
+        cfn.add_property_override("AvailabilityZoneId", subnet.availability_zone)
