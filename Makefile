@@ -13,11 +13,16 @@ LMCACHE_VERSION := 0.4.3
 .PHONY: help setup synth test lint pytest bench-synth bench-sim crds clean
 
 help:
-	@echo "make synth   set up, then synthesize the default environment into cdk.out/ and dist/"
-	@echo "make test    set up, then run linters and the whole test suite"
-	@echo "make bench-synth   time the synth against a minimal CDK app, write docs/benchmarks.md"
-	@echo "make bench-sim     time the simulator on the public trace, write docs/benchmarks.md"
-	@echo "make crds    fetch the pinned upstream CRDs into .crds/ (needs network)"
+	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
+	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest)"
+	@echo "make setup        create .venv/ and node_modules/ (every other target does this first)"
+	@echo "make lint         ruff check, ruff format --check, mypy --strict"
+	@echo "make pytest       the test suite"
+	@echo "make bench-synth  time the synth against a minimal CDK app, write docs/benchmarks.md"
+	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
+	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
+	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
+	@echo "make help         this list"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -32,8 +37,11 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed
 
+# With several stacks the CDK CLI ends `synth --quiet` with an info line "Supply a stack id (...) to display its
+# template" (aws-cdk 2.1148.1 lib/cli/cdk-toolkit.js `synth`): not useful here, so it is dropped; cdk's exit code stays.
 synth: setup
-	cdk synth --quiet
+	set -o pipefail; cdk synth --quiet 2>&1 | { grep -v '^Supply a stack id' || true; }
+	@echo "kvtier CLI: run 'source $(VENV)/bin/activate' in this shell, then 'kvtier --help'"
 
 lint: setup
 	$(VENV)/bin/ruff check .

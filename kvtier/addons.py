@@ -30,7 +30,7 @@ class AddonSpec:
 # Versions are pinned; none could be read from a live `describe-addon-versions` here. A version EKS does not offer
 # for 1.34 fails the deployment at once (CloudFormation rejects the add-on), never silently. Sources: docs/references.md.
 _BLUEPRINTS = "awslabs/cdk-eks-blueprints@0b82904e lib/addons (Kubernetes 1.34)"
-_OPERATOR_SCRIPT = "aws/sagemaker-hyperpod-cli helm_to_addon.sh (reference aws-hyperpod.md 3.1)"
+_OPERATOR_SCRIPT = "aws/sagemaker-hyperpod-cli@c26d027d:helm_chart/HyperPodHelmChart/charts/inference-operator/migration/helm_to_addon.sh"
 
 ADDONS: tuple[AddonSpec, ...] = (
     # Before nodes (reference aws-hyperpod.md 8, item 4: the HyperPod EKS prerequisites).

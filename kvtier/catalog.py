@@ -1,7 +1,7 @@
 """Facts kvtier relies on: instance types, GPUs and models, each with its source.
 
-Every number here comes from ../shared/reference/ (which names the upstream source) or from the source named next
-to it; docs/references.md lists them all. A field named in an entry's `unverified` set was not confirmed in a
+Every number here comes from the source named next to it; docs/references.md lists them all with their upstream
+sources. A field named in an entry's `unverified` set was not confirmed in a
 primary source: config may override it (`catalog_overrides`), and only it.
 """
 
@@ -13,7 +13,7 @@ from typing import Literal, Protocol
 
 GIB = 1024**3
 GB = 1000**3
-COLLECTED = "2026-11"  # when ../shared/reference and /work/notes were collected: the date of every fact below
+COLLECTED = "2026-11"  # when the sources in docs/references.md were read: the date of every fact below
 
 
 @dataclass(frozen=True)

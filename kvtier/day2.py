@@ -3,7 +3,7 @@
 Refused unless `--allow-replacement`:
 - a change to a create-only property of the HyperPod cluster (CloudFormation replaces the cluster, and with it
   every node): `ClusterName`, `VpcConfig`, `Orchestrator/Eks` (AWS::SageMaker::Cluster createOnlyProperties,
-  ../shared/reference/cfn/aws-sagemaker-cluster.cfnlint.json);
+  cfn-lint 1.58.0's registry schema, docs/references.md "Foundation");
 - a change of the Curvine master count (Raft membership is fixed at first start; the chart refuses it upstream);
 - any change in an operator-mode endpoint's `intelligentRoutingSpec` (immutable once set, so the operator
   rejects the update; the endpoint must be replaced).

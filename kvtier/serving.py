@@ -45,7 +45,8 @@ CONTROLLER_REPLY_PORT = 9001
 CONTROLLER_HEARTBEAT_PORT = 9002
 WORKER_PORT_BASE = 8001  # one LMCache worker port per tensor-parallel rank: 8001, 8002, ...
 # kvaware: the router falls back (session key, else QPS) when the best pod matched fewer than len(prompt) - this many
-# tokens: production-stack's `--kv-aware-threshold` default (/work/notes/vllm-lmcache-router.md 3.2 and 3.4). The
+# tokens: production-stack's `--kv-aware-threshold` default (vllm-project/production-stack@a6c01db
+# src/vllm_router/parsers/parser.py; docs/references.md "production-stack router"). The
 # router chart sets it and `kvtier simulate` models it; here because both must import it without cdk8s.
 KV_AWARE_THRESHOLD = 2000
 # The header the standalone router's `session` (and kvaware's fallback) routing hashes (its --session-key), and the

@@ -2,8 +2,8 @@
 
 A line is `{"timestamp": ms, "input_length": tokens, "output_length": tokens, "hash_ids": [...]}`; `hash_ids` are
 prefix-chained ids of 512-token blocks, one per block of the prompt (equal leading ids = reusable prefix; the last
-block may be partial). Source: kvcache-ai/Mooncake@3b5a594:FAST25-release/ (README and traces/; /work/notes/
-refs-bench.md). Every line of its conversation (12,031) and synthetic (3,993) traces has all four keys, one id per
+block may be partial). Source: kvcache-ai/Mooncake@3b5a594:FAST25-release/ (README and traces/;
+docs/references.md "Traces and load generators"). Every line of its conversation (12,031) and synthetic (3,993) traces has all four keys, one id per
 block and an output_length of at least 1, so the parser requires them (vLLM also rejects `max_tokens` below 1).
 
 Any problem is a TraceError naming the file and line (exit 2, no traceback).

@@ -17,7 +17,7 @@ UPGRADE_HINT = (
 
 # --- Inference endpoints (issue 4): images, charts and the LMCache version their settings are written for. ---
 # Operator mode: the reference deployment's image (AWS/Curvine blog, reference aws-hyperpod.md 5 step 2); its LMCache
-# version is not pinned anywhere (probably 0.3.9.post2, /work/notes/vllm-lmcache-router.md 1.3: UNVERIFIED).
+# version is not pinned anywhere (probably 0.3.9.post2: UNVERIFIED, docs/references.md "Inference endpoints").
 OPERATOR_VLLM_IMAGE = "public.ecr.aws/deep-learning-containers/vllm:0.11.1-gpu-py312-cu129-ubuntu22.04-ec2-v1.0"
 # Standalone mode: LMCache 0.4.3 + vLLM 0.19.0 (CUDA 12.8 base); the settings we emit are parsed in tests by this
 # LMCache version (Makefile LMCACHE_VERSION must equal STANDALONE_LMCACHE_VERSION; a test checks both).
@@ -30,5 +30,5 @@ ROUTER_LMCACHE_VERSION = "0.3.11"
 KYVERNO_CHART_REPOSITORY = "https://kyverno.github.io/kyverno/"
 KYVERNO_CHART_VERSION = "3.9.0"
 KYVERNO_APP_VERSION = "v1.19.0"
-# Upstream CRDs the tests validate against (../shared/reference/crds, `make crds`): HyperPod CLI commit and Kyverno tag.
+# Upstream CRDs the tests validate against (`make crds` fetches them into .crds/): HyperPod CLI commit and Kyverno tag.
 HYPERPOD_CLI_CRD_COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fetch the pinned upstream CRDs the tests validate against into .crds/ (same layout as ../shared/reference/crds/).
+# Fetch the pinned upstream CRDs the tests validate against into .crds/.
 # Needs network; never run by the tests. Pins: kvtier/versions.py (HYPERPOD_CLI_CRD_COMMIT, KYVERNO_APP_VERSION).
 set -euo pipefail
 

@@ -1,6 +1,7 @@
 """Prometheus text from each server's /metrics, before and after a run, turned into hit tokens per cache tier.
 
-Which tiers the counters can tell apart (vLLM 0.11-0.19, LMCache 0.3.9-0.5.6; /work/notes/refs-bench.md):
+Which tiers the counters can tell apart (vLLM 0.11-0.19 `vllm/v1/metrics/loggers.py`, LMCache 0.3.9-0.5.6
+`lmcache/observability.py`; docs/references.md "vLLM and LMCache metrics"):
 - L0, the GPU prefix cache: `vllm:prefix_cache_hits_total` / `..._queries_total` (tokens).
 - LMCache as vLLM sees it (L1 + L2 together): `vllm:external_prefix_cache_hits_total` / `..._queries_total`.
 - LMCache's own count (L1 + L2 together): `lmcache:num_hit_tokens_total` / `lmcache:num_requested_tokens_total`.

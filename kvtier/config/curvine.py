@@ -1,7 +1,7 @@
 """`curvine` section: the environment's L2 pool (masters on system nodes, one worker per GPU node).
 
 Sizes: every `*_gb` here is a Curvine GB, which is binary (2^30 bytes; Curvine's `ByteUnit` parses "GB" as GiB,
-/work/notes/curvine.md Q2 "Sizes"). `worker_data_gb: 400` is written as `[SSD:400GB]` and means 400 GiB. The catalog's
+CurvineIO/curvine@v0.4.1 `runtime/src/common/byte_unit.rs`; docs/references.md "The L2 pool"). `worker_data_gb: 400` is written as `[SSD:400GB]` and means 400 GiB. The catalog's
 `nvme_gb` is decimal (AWS); `kvtier.rules.l2.check_worker_fits` converts.
 """
 
@@ -21,7 +21,7 @@ DECIMAL_GB = 1000**3  # one catalog (AWS) GB
 NVME_USABLE_FRACTION = 0.95
 
 CURVINE_VERSION = "v0.4.1"
-# Every default image with where its tag comes from (refs in /work/notes/refs-curvine.md).
+# Every default image with where its tag comes from (docs/references.md "The L2 pool").
 IMAGE_SOURCES: dict[str, str] = {
     "curvine": "CurvineIO/curvine tag v0.4.1 (709f2478), .github/workflows/build-runtime-image.yml pushes "
     "ghcr.io/curvineio/curvine:<tag>; Helm index lists chart curvine 0.4.1 appVersion 0.4.1",

@@ -239,7 +239,7 @@ class ExistingCluster(StrictModel):
     eks_cluster_name: EksClusterName
     oidc_provider_arn: OidcProviderArn  # IRSA roles of add-ons and the operator
     # null: kvtier creates the kubectl handler's role and gives it cluster-admin through an EKS access entry.
-    # Set: the handler runs as this role (trusted by lambda.amazonaws.com, already cluster admin; see the README).
+    # Set: the handler runs as this role (trusted by lambda.amazonaws.com, already cluster admin; docs/existing-clusters.md).
     kubectl_role_arn: RoleArn | None = None
     vpc_id: VpcId
     subnet_ids: Annotated[Items[SubnetId], Field(min_length=1, max_length=16)]  # private, with a route to the API

@@ -20,9 +20,9 @@ from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "hyperpod_dependencies"
 
-# Pinned upstream source of the chart (reference aws-hyperpod.md 7; docs/references.md).
+# Pinned upstream source of the chart (its README: install before the cluster; docs/references.md "Foundation").
 REPOSITORY = "aws/sagemaker-hyperpod-cli"
-COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"  # main on 2026-06-22, the reference notes' commit
+COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"  # main on 2026-06-22
 CHART_PATH = "helm_chart/HyperPodHelmChart"
 RELEASE = "hyperpod-dependencies"
 NAMESPACE = "kube-system"

@@ -1,5 +1,5 @@
 """The HyperPod Inference Operator: the EKS add-on `amazon-sagemaker-hyperpod-inference`, its IAM roles and the TLS
-certificate bucket (reference aws-hyperpod.md 3.1 and 3.3; /work/notes/operator-addons.md 2-3).
+certificate bucket (docs/references.md "Inference Operator add-on and IAM").
 
 The add-on installs the operator, its ALB controller and KEDA in `hyperpod-inference-system`; each gets its role
 through IRSA here. The prerequisite add-ons (cert-manager, S3 and FSx CSI drivers, metrics-server) belong to the

@@ -2,7 +2,7 @@
 
 Kyverno runs the per-LOB policies that rewire operator pods to the Curvine L2 (kvtier/k8s/kyverno_policy.py). Those
 policies fail closed for their namespace only, through per-policy webhooks; the chart's global webhook settings
-stay at their defaults. Values keys: kyverno/kyverno@v1.19.0 charts/kyverno/values.yaml (/work/notes/operator-addons.md 5).
+stay at their defaults. Values keys: kyverno/kyverno@v1.19.0 charts/kyverno/values.yaml (docs/references.md "Kyverno chart").
 """
 
 from __future__ import annotations
@@ -77,6 +77,6 @@ class Kyverno(Construct):
                 KYVERNO_CHART_VERSION,
                 NAMESPACE,
                 values,
-                source=f"kyverno/kyverno {KYVERNO_APP_VERSION} charts/kyverno (reference README, crds/kyverno)",
+                source=f"kyverno/kyverno@{KYVERNO_APP_VERSION}:charts/kyverno/Chart.yaml",
             )
         )

@@ -5,7 +5,7 @@ Target: `bench.target_url` if set, else the endpoint's router as kvtier names it
 - standalone: our router Service, named after the endpoint (`router_service_name`):
   `http://<endpoint>.kvtier-<lob>.svc.cluster.local:80`;
 - operator: kvtier's Service in front of the operator's router pods (label `app=<endpoint>-kvtier-<lob>-router`,
-  port 8081). UNVERIFIED: the operator's own router Service name is not public (/work/notes/operator-addons.md 2.4);
+  port 8081). UNVERIFIED: the operator's own router Service name is not public (docs/references.md "Router target of the Job");
   if the URL is wrong, the Job fails loudly after waiting READY_WAIT_S for it, naming the URL.
 
 A Job's pod template is immutable, so the Job's name carries a hash of its spec: changing a setting creates a new
@@ -30,9 +30,9 @@ from kvtier.placement import placement
 from kvtier.versions import STANDALONE_VLLM_IMAGE
 
 # The image only runs the client (`vllm bench serve`, vLLM 0.19.0 in lmcache/vllm-openai:v0.4.3,
-# /work/notes/vllm-lmcache-router.md 1.2 and 5); its entrypoint is `vllm serve`, so the command is replaced.
+# docs/references.md "`vllm bench serve`"); its entrypoint is `vllm serve`, so the command is replaced.
 BENCH_IMAGE = STANDALONE_VLLM_IMAGE
-PYTHON = "/opt/venv/bin/python"  # the image's uv venv (notes 1.1: ENTRYPOINT /opt/venv/bin/vllm)
+PYTHON = "/opt/venv/bin/python"  # the image's uv venv (ENTRYPOINT /opt/venv/bin/vllm, same section)
 VLLM = "/opt/venv/bin/vllm"
 WORK_DIR = "/work"
 RESULT_DIR = f"{WORK_DIR}/results"

@@ -12,7 +12,7 @@ ENGINE_PORT = 8000  # vLLM's API, /health and /metrics
 ROUTER_PORT = 80  # router Service port (standalone)
 ROUTER_CONTAINER_PORT = 8000
 # Operator mode: router pods live in the operator's namespace, labelled app=<endpoint>-<namespace>-router and serving
-# on 8081 (TipTopBin/curvine@98941129 docs-vllm/deploy.md; one source, /work/notes/operator-addons.md 2.4).
+# on 8081 (TipTopBin/curvine@98941129 docs-vllm/deploy.md; one source, docs/references.md "Router target of the Job").
 OPERATOR_NAMESPACE = "hyperpod-inference-system"
 OPERATOR_ROUTER_PORT = 8081
 ENGINE_CONTAINER = "engine"  # not `vllm`: the router probes /is_sleeping on containers of that name (dev-mode endpoint)

@@ -4,12 +4,13 @@ Design "Operator mode and the L2 rewiring":
 - Pods at CREATE only (the operator reconciles Deployments; mutating those would fight it), and autogen off so
   Kyverno does not copy the rule onto Deployments.
 - Values come only from the pod: its namespace (the Policy is namespaced) and its `app` label, which the operator
-  sets to the InferenceEndpointConfig's name (HPCLI hp_endpoint.py list_pods; /work/notes/operator-addons.md 2.1).
+  sets to the InferenceEndpointConfig's name (aws/sagemaker-hyperpod-cli@011ca927
+  src/sagemaker/hyperpod/inference/hp_endpoint.py list_pods).
   The vLLM container is found by the marker variable the IEC puts in the worker environment (operator_endpoint.py),
   so pods of other endpoints (tieredstorage, standalone, janitor, benchmark) are left alone.
 - Fail closed for this namespace only: a per-policy webhook (`webhookConfiguration.matchConditions`) with
   failurePolicy Fail; without matchConditions Kyverno merges the rule into its shared webhook and every namespace
-  would fail closed (/work/notes/operator-addons.md 5.3).
+  would fail closed (docs/references.md "Kyverno policy").
 - A validate rule in the same policy rejects a marked pod unless it ends with exactly one LMCACHE_REMOTE_URL, the
   endpoint's directory, one mount and the volume, and no `lmcache.remote_url` override in its arguments (LMCache
   lets `--kv-transfer-config` extra config win over the environment): a render kvtier did not foresee fails loudly

@@ -1,7 +1,8 @@
 """Standalone mode: per endpoint a vLLM production-stack router (Deployment, Service, RBAC) on system nodes.
 
 The router finds the endpoint's vLLM pods through the Kubernetes API (pod-IP discovery by label, RBAC on pods) and
-routes by one of four strategies (/work/notes/vllm-lmcache-router.md 3):
+routes by one of four strategies (vllm-project/production-stack `src/vllm_router/routers/routing_logic.py`;
+docs/references.md "Standalone mode"):
 - `prefixaware`: longest match of the prompt text (or the concatenated chat messages) in 128-character chunks
   against what it has routed before;
 - `session`: consistent hash of the `x-session-id` header (SESSION_HEADER); requests without it go to the least

@@ -1,4 +1,4 @@
-"""What an environment and each LOB cost per hour, and the same serving capacity on P5 (README, "Cost")."""
+"""What an environment and each LOB cost per hour, and the same serving capacity on P5 (docs/planning.md, "Costs")."""
 
 from __future__ import annotations
 

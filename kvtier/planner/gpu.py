@@ -1,4 +1,4 @@
-"""L0: what one replica's GPUs hold once vLLM has loaded the weights (README "Plan capacity and cost", L0)."""
+"""L0: what one replica's GPUs hold once vLLM has loaded the weights (docs/planning.md, "Tiers")."""
 
 from __future__ import annotations
 

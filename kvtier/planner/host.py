@@ -1,4 +1,4 @@
-"""Host RAM of a GPU node: what is pinned or reserved there in the worst packing of pods (README, "Node RAM")."""
+"""Host RAM of a GPU node: what is pinned or reserved there in the worst packing of pods (docs/planning.md, "Host RAM of a GPU node")."""
 
 from __future__ import annotations
 

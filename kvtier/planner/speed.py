@@ -1,4 +1,4 @@
-"""How fast each tier returns KV, and how fast a GPU recomputes it (README "Plan capacity and cost", speeds)."""
+"""How fast each tier returns KV, and how fast a GPU recomputes it (docs/planning.md, "Speeds")."""
 
 from __future__ import annotations
 

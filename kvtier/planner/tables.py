@@ -175,6 +175,6 @@ def print_tables(plan: dict[str, Any]) -> None:
         console.print(_endpoint_table(plan))
     console.print(_lob_table(plan))
     console.print(_env_table(plan))
-    console.print("How these are computed (README 'Plan capacity and cost'; constants and sources: --json):")
+    console.print("How these are computed (docs/planning.md; constants and sources: --json):")
     for name, rule in plan["rules"].items():
         console.print(f"  {name}: {rule}", highlight=False, markup=False)

@@ -77,7 +77,7 @@ def check_rolling_updates(ctx: Context, found: Findings) -> None:
                 site.at("replicas"),
                 f"{whose} every {e.instance_type} GPU, so a rolling update stalls: the new pod waits for a GPU "
                 "the old pod keeps",
-                f"leave {e.tensor_parallel} GPU(s) of that type free, or follow the README procedure (scale to 0, "
+                f"leave {e.tensor_parallel} GPU(s) of that type free, or follow the docs/endpoints.md procedure (scale to 0, "
                 "then update)",
             )
         )

@@ -19,7 +19,7 @@ def check_routing(site: Site, found: Findings) -> None:
         reason = (
             "the production-stack router embeds the LMCache controller of lmcache "
             f"{ROUTER_LMCACHE_VERSION}, whose protocol changed in 0.4 (registration of a newer engine is expected to "
-            "fail, /work/notes/vllm-lmcache-router.md 3.6); kvaware also tokenizes only `prompt`, not chat messages"
+            'fail, docs/references.md "Routing and modes"); kvaware also tokenizes only `prompt`, not chat messages'
         )
         if e.image is None and minor_version(STANDALONE_LMCACHE_VERSION) != minor_version(ROUTER_LMCACHE_VERSION):
             found.errors.append(

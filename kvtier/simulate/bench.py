@@ -23,9 +23,10 @@ from kvtier.planner.model import TierModel
 from kvtier.simulate.engine import SimConfig, simulate
 from kvtier.simulate.routers import STRATEGIES
 from kvtier.simulate.trace import UnitTrace, to_units
-from kvtier.trace import Trace, TraceRequest, load_trace
+from kvtier.trace import Trace, TraceError, TraceRequest, load_trace
 
-DEFAULT_TRACE = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces" / "mooncake_synthetic_trace.jsonl"
+# The sample trace shipped in the repository (examples/traces/README.md: source, commit, licence).
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
 # Hand-set, Qwen3-8B-on-L40S-like sizes; speed depends on the work per request, not on these values. No length
 # cap, so every request is looked up, routed and stored (the worst case).
 MODEL = TierModel(
@@ -117,7 +118,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per point; the best counts (default 3)")
     parser.add_argument("--output", type=Path, help="update this Markdown file's simulator section instead of printing")
     args = parser.parse_args(argv)
-    section = measure(load_trace(args.trace), max(1, args.repeat))
+    try:
+        trace = load_trace(args.trace)
+    except TraceError as err:
+        print(f"{parser.prog}: {err}", file=sys.stderr)
+        return 2
+    section = measure(trace, max(1, args.repeat))
     if args.output:
         write_section(args.output, "simulate", section)
     else:

@@ -59,7 +59,7 @@ class ClusterStack(KvtierStack):
                 f"{REPOSITORY}@{COMMIT}:{CHART_PATH}",
                 COMMIT[:8],
                 NAMESPACE,
-                source="reference aws-hyperpod.md 7",
+                source=f"{REPOSITORY}@{COMMIT[:8]}:{CHART_PATH}/README.md (install before the cluster)",
             )
         )
 

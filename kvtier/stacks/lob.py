@@ -4,7 +4,7 @@ One method per concern, each applying its own chart (one file in dist/) after th
 limits, network policies, the model-reader service account), the L2 volume and its janitor, the Kyverno policy,
 then the endpoints (which need all three), then their benchmark Jobs. A LOB with S3 model weights also gets its
 Pod Identity role (the stack's only IAM resource): standalone engines read through it; in operator mode the
-operator mounts weights with the cluster's S3 CSI driver instead (README "Lines of business"). Nothing here
+operator mounts weights with the cluster's S3 CSI driver instead (docs/lines-of-business.md). Nothing here
 refers to another LOB.
 """
 

@@ -1,6 +1,6 @@
 """The Curvine CSI driver `curvine`: controller on system nodes, node plugin on GPU nodes, standalone FUSE mounts.
 
-Facts from Curvine v0.4.1 `curvine-csi/` (/work/notes/curvine.md Q4, Q5). Mount mode `standalone`: the node plugin
+Facts from CurvineIO/curvine@v0.4.1 `curvine-csi/` (docs/references.md "The L2 pool"). Mount mode `standalone`: the node plugin
 starts one FUSE pod per node per mount key (host network, its own resources), which survives restarts and upgrades of
 the plugin; `embedded` would run FUSE inside the plugin container, so a plugin restart would cut every mount.
 """

@@ -1,6 +1,6 @@
 """`curvine-cluster.toml` for masters, workers and the `cv` CLI, rendered from the environment.
 
-Keys follow Curvine v0.4.1 (`crates/common/curvine-config`, /work/notes/curvine.md Q2). Curvine ignores unknown keys
+Keys follow Curvine v0.4.1 (CurvineIO/curvine@v0.4.1 `crates/common/curvine-config`; docs/references.md "The L2 pool"). Curvine ignores unknown keys
 silently and defaults `format_master`/`format_worker` to TRUE when absent, so both are always written as false and
 tests read the rendered file back with tomllib. The FUSE processes of the CSI driver do not read this file (they get
 their settings from PV attributes, see volumes.py); its `[client]` serves the `cv` CLI in the Curvine pods.

@@ -4,7 +4,8 @@
 #   master-init.sh META_DIR JOURNAL_DIR CONF_FILE
 #
 # Curvine v0.4.1 starts with format_master=false on (a) two RocksDB stores or (b) two missing/empty dirs, which it
-# bootstraps; anything else makes it refuse to start (curvine-master journal_system.rs, /work/notes/curvine.md Q1).
+# bootstraps; anything else makes it refuse to start (CurvineIO/curvine@v0.4.1
+# curvine-master/src/master/journal/journal_system.rs; docs/references.md "The L2 pool").
 # This script never deletes anything:
 #   - both dirs hold RocksDB data      -> start on them ("start"), and remember that this volume was initialized;
 #   - both dirs empty, never started   -> create them; Curvine formats them on first start ("bootstrap");
