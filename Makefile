@@ -7,28 +7,31 @@ PIP := $(VENV)/bin/pip
 # jsii and the CDK CLI use the Node release pinned in package.json (Node 20 is end-of-life for jsii).
 export PATH := $(CURDIR)/node_modules/.bin:$(PATH)
 export CDK_DISABLE_CLI_TELEMETRY := true
+# mypy's cache outside the clone, where the machine keeps one between clones (CI clones afresh each run); a cold run
+# spends most of its time on aws-cdk-lib. MYPY_CACHE_DIR=.mypy_cache keeps it in the clone.
+export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvtier/mypy
 # LMCache's config parser, for the test that checks the settings we emit (tooling.md: no torch needed).
 LMCACHE_VERSION := 0.4.3
 
-.PHONY: help setup synth test lint pytest bench-synth bench-sim crds clean
+.PHONY: help setup synth test lint pytest bench-synth bench-setup bench-sim crds clean
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
-	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest)"
+	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest, in parallel)"
 	@echo "make setup        create .venv/ and node_modules/ (every other target does this first)"
 	@echo "make lint         ruff check, ruff format --check, mypy --strict"
 	@echo "make pytest       the test suite"
-	@echo "make bench-synth  time the synth against a minimal CDK app, write docs/benchmarks.md"
+	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
+	@echo "make bench-setup  time a fresh install of the pinned packages, write docs/benchmarks.md"
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
 	@echo "make help         this list"
 
-$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml
+# uv where it runs, pip otherwise (KVTIER_INSTALLER=pip forces it): the same pins either way (tests/test_pins.py).
+$(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml scripts/install-venv.sh
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PIP) install --quiet --disable-pip-version-check -r requirements-dev.txt
-	$(PIP) install --quiet --disable-pip-version-check --no-deps lmcache==$(LMCACHE_VERSION)
-	$(PIP) install --quiet --disable-pip-version-check --no-deps -e .
+	scripts/install-venv.sh $(VENV) requirements-dev.txt lmcache==$(LMCACHE_VERSION)
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
@@ -51,10 +54,15 @@ lint: setup
 pytest: setup
 	$(PY) -m pytest
 
-test: lint pytest
+# Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.
+test: setup
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint pytest
 
 bench-synth: setup
 	$(PY) -m kvtier.benchsynth
+
+bench-setup: setup
+	$(PY) -m kvtier.benchsetup
 
 bench-sim: setup
 	$(PY) -m kvtier.simulate.bench --repeat 5 --output docs/benchmarks.md

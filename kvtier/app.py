@@ -15,16 +15,28 @@ from kvtier.rules import load_checked
 from kvtier.stacks import EnvironmentStacks, build_environment
 
 
-def new_app(outdir: str, *, nag: bool = False) -> cdk.App:
-    """The CDK app; with `nag` (or `-c nag=true`) cdk-nag's AwsSolutions pack validates the synth."""
+def new_app(outdir: str, *, nag: bool = False, context: dict[str, str] | None = None) -> cdk.App:
+    """The CDK app; with `nag` (or `-c nag=true`) cdk-nag's AwsSolutions pack validates the synth.
+
+    aws-cdk-lib's built-in CloudFormation validation plugin is off: it starts a WASM engine per process (most of a
+    synth's time), and its only findings on kvtier's templates are W3010, which cfn-lint checks in the tests anyway.
+    `-c cfn_validation=true` turns it back on."""
     # Strong cross-stack references (CloudFormation exports), explicitly: the design's stack dependencies are
     # one-way (network -> cluster -> platform -> LOBs), which is what strong references protect.
-    app = cdk.App(outdir=outdir, context={"@aws-cdk/core:defaultCrossStackReferences": "strong"})
-    if nag or str(app.node.try_get_context("nag")).lower() == "true":
+    context = {"@aws-cdk/core:defaultCrossStackReferences": "strong", **(context or {})}
+    # The plugin is fixed when the App is built, and `-c` values reach the app only through the App (the CDK CLI
+    # passes them in its environment), so a first App over the same folder reads the flag.
+    validate = _flag(cdk.App(outdir=outdir, context=context), "cfn_validation")
+    app = cdk.App(outdir=outdir, context=context, builtin_cloud_formation_validation=validate)
+    if nag or _flag(app, "nag"):
         from cdk_nag import AwsSolutionsChecks
 
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return app
+
+
+def _flag(app: cdk.App, name: str) -> bool:
+    return str(app.node.try_get_context(name)).lower() == "true"
 
 
 def load_from_context(app: cdk.App) -> Config:

@@ -18,7 +18,8 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="session")
 def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    return synthesize("prod", tmp_path_factory.mktemp("cdk-prod"))
+    # With cdk-nag: the same synth serves the template tests and the nag tests (tests/test_stacks_lint.py).
+    return synthesize("prod", tmp_path_factory.mktemp("cdk-prod"), nag=True)
 
 
 @pytest.fixture()

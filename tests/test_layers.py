@@ -44,7 +44,18 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("charts", ("kvtier.k8s",)),
     ("constructs", ("kvtier.constructs",)),
     ("stacks", ("kvtier.stacks",)),
-    ("entry points", ("kvtier.dist", "kvtier.app", "kvtier.ops", "kvtier.benchsynth", "kvtier.cli", "kvtier.__main__")),
+    (
+        "entry points",
+        (
+            "kvtier.dist",
+            "kvtier.app",
+            "kvtier.ops",
+            "kvtier.benchsynth",
+            "kvtier.benchsetup",
+            "kvtier.cli",
+            "kvtier.__main__",
+        ),
+    ),
 ]
 SHARED_LAYERS = {"facts", "serving facts", "entry points"}
 ROOT_PACKAGE = "kvtier"  # kvtier/__init__.py: the version only

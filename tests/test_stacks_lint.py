@@ -7,10 +7,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cfnlint.api import ManualArgs, lint_file
+from cfnlint.api import ManualArgs, lint_by_config
 
 from kvtier.rules import load_checked
-from tests.support import CONFIG_DIR, Synth, synthesize
+from tests.support import CONFIG_DIR, Synth
 
 # Each ignored cfn-lint check, and why.
 IGNORED_CHECKS = {
@@ -20,12 +20,10 @@ IGNORED_CHECKS = {
 
 
 def _lint(synth: Synth, region: str) -> list[str]:
-    findings = []
-    for name in synth.templates:
-        path = synth.outdir / f"{name}.template.json"
-        for match in lint_file(Path(path), config=ManualArgs(regions=[region], ignore_checks=list(IGNORED_CHECKS))):
-            findings.append(f"{name}: {match.rule.id} {match.message}")
-    return findings
+    """Every template of one environment through one cfn-lint runner (its rules load once, not per template)."""
+    paths = [str(synth.outdir / f"{name}.template.json") for name in synth.templates]
+    config = ManualArgs(templates=paths, regions=[region], ignore_checks=list(IGNORED_CHECKS))
+    return [f"{Path(m.filename).name}: {m.rule.id} {m.message}" for m in lint_by_config(config)]
 
 
 def test_cfn_lint_is_clean_on_every_template(dev: Synth, prod: Synth) -> None:
@@ -34,14 +32,9 @@ def test_cfn_lint_is_clean_on_every_template(dev: Synth, prod: Synth) -> None:
 
 
 @pytest.fixture(scope="session")
-def nag_report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """cdk-nag needs its own synth: its plugin makes synth raise on unacknowledged findings."""
-    outdir = tmp_path_factory.mktemp("cdk-nag")
-    try:
-        synthesize("prod", outdir, nag=True)
-    except RuntimeError as err:  # the report explains; the assertions below show it
-        assert "Validation failed" in str(err) or "ValidationFailed" in str(err), err
-    report: dict[str, Any] = json.loads((outdir / "validation-report.json").read_text())
+def nag_report(prod: Synth) -> dict[str, Any]:
+    """cdk-nag's report of the session's prod synth (conftest synthesizes prod with the AwsSolutions pack)."""
+    report: dict[str, Any] = json.loads((prod.outdir / "validation-report.json").read_text())
     return report
 
 
@@ -109,3 +102,15 @@ def test_no_launch_templates_to_harden_with_imdsv2(dev: Synth, prod: Synth) -> N
                 "AWS::EC2::Instance",
                 "AWS::AutoScaling::LaunchConfiguration",
             }
+
+
+def test_the_lint_runner_reports_findings_per_template(tmp_path: Path) -> None:
+    """One runner over several templates still names the template of each finding (so the check above can fail)."""
+    good = {"Resources": {"Bucket": {"Type": "AWS::S3::Bucket"}}}
+    bad = {"Resources": {"Bucket": {"Type": "AWS::S3::Bucket", "Properties": {"NoSuchProperty": 1}}}}
+    synth = Synth(outdir=tmp_path, stacks=None, templates={"good": good, "bad": bad})
+    for name, template in synth.templates.items():
+        (tmp_path / f"{name}.template.json").write_text(json.dumps(template))
+    findings = _lint(synth, "us-west-2")
+    assert findings, "a template with an unknown property must be reported"
+    assert all(f.startswith("bad.template.json: E") for f in findings), findings

@@ -38,6 +38,14 @@ class StackOutputs:
 
     charts: list[KvtierChart] = field(default_factory=list)
     releases: list[HelmRelease] = field(default_factory=list)
+    # Each chart's objects as applied, by chart id: rendered once (cdk8s's to_json is the slow part of a synth).
+    rendered: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def objects(self, chart: KvtierChart) -> list[dict[str, Any]]:
+        """`chart`'s objects as applied (rendered now if it was recorded without being applied)."""
+        if chart.node.id not in self.rendered:
+            self.rendered[chart.node.id] = chart.manifests()
+        return self.rendered[chart.node.id]
 
 
 def apply_chart(
@@ -45,4 +53,6 @@ def apply_chart(
 ) -> eks.KubernetesManifest:
     """Apply `chart` to the cluster from `scope`'s stack and record it for dist/."""
     outputs.charts.append(chart)
-    return eks.KubernetesManifest(scope, id, cluster=cluster, manifest=chart.manifests(), overwrite=True, prune=True)
+    return eks.KubernetesManifest(
+        scope, id, cluster=cluster, manifest=outputs.objects(chart), overwrite=True, prune=True
+    )
