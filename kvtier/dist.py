@@ -7,6 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import yaml
 
@@ -24,7 +25,7 @@ def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 def literal_block_dumper(base: type[yaml.SafeDumper]) -> type[yaml.SafeDumper]:
     """A dumper writing multi-line strings (TOML, scripts) as literal blocks, so dist/ reads like hand-written YAML."""
-    dumper = type("LiteralBlockDumper", (base,), {})
+    dumper = cast("type[yaml.SafeDumper]", type("LiteralBlockDumper", (base,), {}))
     dumper.add_representer(str, _str)
     return dumper
 

@@ -38,6 +38,10 @@ def _pins() -> dict[str, tuple[str, str]]:
     return pins
 
 
+def _environment() -> dict[str, str]:
+    return {key: str(value) for key, value in default_environment().items()}
+
+
 def _installed() -> dict[str, metadata.Distribution]:
     return {canonicalize_name(d.metadata["Name"]): d for d in metadata.distributions()}
 
@@ -68,7 +72,7 @@ def test_the_pins_are_closed_under_their_own_requirements() -> None:
             req = Requirement(raw)
             wanted = ["", *sorted(extras.get(name, set()))]
             if req.marker is not None and not any(
-                req.marker.evaluate({**default_environment(), "extra": extra}) for extra in wanted
+                req.marker.evaluate({**_environment(), "extra": extra}) for extra in wanted
             ):
                 continue
             dep = canonicalize_name(req.name)
