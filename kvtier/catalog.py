@@ -86,6 +86,46 @@ SYSTEM_RESERVE_GIB = Fact(
     "pods), the 100 MiB eviction threshold, and about 4.5 GiB estimated for the OS, HyperPod agents and "
     "DaemonSets (CNI, kube-proxy, CSI node plugins); HyperPod's own reservation is UNVERIFIED",
 )
+# Requests of the DaemonSets (besides Curvine's and kvtier's) every GPU node runs, for the node-fit check
+# (kvtier.rules.node_fit); each figure and its source in docs/references.md "Curvine on GPU nodes (issue 11)".
+DAEMONSET_CPU_MILLIS = Fact(
+    965,
+    "millicores per GPU node",
+    "chart defaults: aws-node 25m (amazon-vpc-cni-k8s charts/aws-vpc-cni values.yaml), kube-proxy 100m (EKS add-on, "
+    "UNVERIFIED), eks-pod-identity-agent 0 (chart resources {}), ebs-csi-node 30m (3 containers x 10m, "
+    "aws-ebs-csi-driver chart 2.64.0), s3-csi-node 30m (mountpoint-s3-csi-driver chart 2.7.0), fsx-csi-node 30m "
+    "(aws-fsx-csi-driver chart 1.17.0), HyperPod health-monitoring-agent 500m (sagemaker-hyperpod-cli helm_chart), "
+    "nvidia-device-plugin 0 (chart resources {}), plus 250m for agents whose sizes no source gives (assumption)",
+    as_of="2026-12",
+)
+DAEMONSET_MEMORY_MIB = Fact(
+    1368,
+    "MiB per GPU node",
+    "same sources: ebs-csi-node 104Mi (40 + 32 + 32), s3-csi-node 120Mi, fsx-csi-node 120Mi, health-monitoring-agent "
+    "512Mi, the others none, plus 512Mi for agents whose sizes no source gives (assumption)",
+    as_of="2026-12",
+)
+NODE_MEMORY_VISIBLE = Fact(
+    0.97,
+    "fraction of the nominal RAM",
+    "assumption (UNVERIFIED): the kernel and firmware keep a few percent of an instance's nominal memory, so a node's "
+    "memory capacity is below the catalog's GiB; check `kubectl get node -o jsonpath='{.status.capacity.memory}'`",
+    as_of="2026-12",
+)
+# Pods per node by the EKS AMI's rule: ENIs x (IPv4 addresses per ENI - 1) + 2, as published in
+# aws/amazon-vpc-cni-k8s@b5218838 misc/eni-max-pods.txt (EC2 names; the ml.* types are the same hardware).
+ENI_MAX_PODS: Mapping[str, int] = {
+    "ml.g6e.xlarge": 58,
+    "ml.g6e.2xlarge": 58,
+    "ml.g6e.4xlarge": 234,
+    "ml.g6e.8xlarge": 234,
+    "ml.g6e.12xlarge": 292,
+    "ml.g6e.16xlarge": 737,
+    "ml.g6e.24xlarge": 492,
+    "ml.g6e.48xlarge": 492,
+    "ml.p5.48xlarge": 100,
+}
+DEFAULT_MAX_PODS = 110  # nodeadm's fallback when it cannot look the type up (amazon-eks-ami eni_max_pods.go)
 PLANNING_FACTS: Mapping[str, Fact] = {
     "gpu_reserve_gib": GPU_RESERVE_GIB,
     "prefill_mfu": PREFILL_MFU,

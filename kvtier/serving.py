@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvtier.catalog import LMCACHE_STAGING_GIB
-from kvtier.config.endpoint import CacheConfig
+from kvtier.config.endpoint import CacheConfig, Endpoint
 
 ENV_PREFIX = "LMCACHE_"
 # Where pods mount their LOB's L2 volume (design "L2 layout").
@@ -57,6 +57,11 @@ SESSION_HEADER = "x-session-id"
 def env_name(key: str) -> str:
     """`max_local_cpu_size` -> `LMCACHE_MAX_LOCAL_CPU_SIZE` (LMCache's env loader reads only defined keys)."""
     return ENV_PREFIX + key.upper()
+
+
+def l2_subdir(endpoint: Endpoint) -> str:
+    """The endpoint's directory below its LOB's L2 root, the one the janitor keeps (design "L2 layout")."""
+    return endpoint.name
 
 
 def l2_url(endpoint: str) -> str:

@@ -1,4 +1,5 @@
-"""GPU, CPU and memory of one vLLM replica, from its instance type, tensor parallelism and L1 size.
+"""GPU, CPU and memory of one vLLM replica, from its instance type, tensor parallelism and L1 size; and what else
+every GPU node must hold (Curvine, kvtier's L2 pods, DaemonSets) against its allocatable CPU and memory.
 
 Per tensor-parallel rank: one GPU, half the vCPUs that come with a GPU, and a quarter of the host memory that comes
 with a GPU, raised to hold what the planner counts as pinned (LMCache's L1 of the whole replica, all ranks together,
@@ -13,7 +14,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.catalog import VLLM_HOST_BASE_GIB, VLLM_HOST_PER_RANK_GIB, InstanceType
+from kvtier.catalog import (
+    DAEMONSET_CPU_MILLIS,
+    DAEMONSET_MEMORY_MIB,
+    DEFAULT_MAX_PODS,
+    ENI_MAX_PODS,
+    NODE_MEMORY_VISIBLE,
+    VLLM_HOST_BASE_GIB,
+    VLLM_HOST_PER_RANK_GIB,
+    InstanceType,
+)
+from kvtier.config.curvine import CurvineConfig, cpu_millis, memory_bytes
 from kvtier.config.endpoint import CacheConfig
 from kvtier.serving import l1_pinned_gib
 
@@ -43,3 +54,100 @@ def worker_size(instance: InstanceType, tensor_parallel: int, cache: CacheConfig
     vllm_gib = VLLM_HOST_BASE_GIB.value + VLLM_HOST_PER_RANK_GIB.value * tensor_parallel
     needed = math.ceil(l1_pinned_gib(cache) + vllm_gib)
     return WorkerSize(gpus=tensor_parallel, cpu=cpu, memory_gib=max(share, needed))
+
+
+# ---- what else runs on every GPU node ------------------------------------------------------------------------------
+
+Resources = dict[str, dict[str, str]]
+
+# The Curvine CSI node plugin and its sidecars (registrar, livenessprobe), and the controller's.
+CSI_PLUGIN_RESOURCES: Resources = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
+CSI_SIDECAR_RESOURCES: Resources = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+# kvtier's L2 healer (one per GPU node) and each LOB's janitor (one per LOB, on some GPU node): small Python loops.
+HEALER_RESOURCES: Resources = {
+    "requests": {"cpu": "50m", "memory": "64Mi"},
+    "limits": {"cpu": "50m", "memory": "64Mi"},
+}
+JANITOR_RESOURCES: Resources = {
+    "requests": {"cpu": "100m", "memory": "256Mi"},
+    "limits": {"cpu": "100m", "memory": "256Mi"},
+}
+JANITOR_INTERVAL_SECONDS = 30  # issue 11: every 30-60 s; the overshoot bound in docs/l2.md scales with it
+
+# The EKS AMI's kubelet reservation (awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go): kube-reserved CPU is
+# 6% of the first core, 1% of the second, 0.5% of the third and fourth, 0.25% of the rest; kube-reserved memory is
+# 11 MiB per pod the node may run plus 255 MiB; evictionHard memory.available is 100Mi.
+_CPU_RESERVE_STEPS = ((0, 1000, 600), (1000, 2000, 100), (2000, 4000, 50), (4000, None, 25))  # millicores, 1/10000
+EVICTION_HARD_MIB = 100
+MIB = 1024**2
+
+
+def kube_reserved_cpu_millis(vcpus: int) -> int:
+    total = vcpus * 1000
+    reserved = 0
+    for start, end, per_10000 in _CPU_RESERVE_STEPS:
+        if total > start:
+            reserved += (min(total, end if end is not None else total) - start) * per_10000 // 10000
+    return reserved
+
+
+def kube_reserved_memory_mib(max_pods: int) -> int:
+    return 11 * max_pods + 255
+
+
+@dataclass(frozen=True)
+class Share:
+    """Requests of one pod (or a group of pods) on a node."""
+
+    name: str
+    cpu_millis: int
+    memory_bytes: int
+
+
+def share(name: str, *containers: Resources) -> Share:
+    return Share(
+        name,
+        sum(cpu_millis(c["requests"]["cpu"]) for c in containers),
+        sum(memory_bytes(c["requests"]["memory"]) for c in containers),
+    )
+
+
+@dataclass(frozen=True)
+class Allocatable:
+    """What the scheduler and the kubelet may hand out on one node: capacity minus kube-reserved and eviction."""
+
+    cpu_millis: int
+    memory_bytes: int
+    reserved_cpu_millis: int
+    reserved_memory_bytes: int
+    max_pods: int
+
+
+def allocatable(instance: InstanceType) -> Allocatable:
+    max_pods = ENI_MAX_PODS.get(instance.name, DEFAULT_MAX_PODS)
+    reserved_cpu = kube_reserved_cpu_millis(instance.vcpus)
+    reserved_memory = (kube_reserved_memory_mib(max_pods) + EVICTION_HARD_MIB) * MIB
+    capacity_memory = int(instance.memory_gib * NODE_MEMORY_VISIBLE.value * 1024**3)
+    return Allocatable(
+        cpu_millis=instance.vcpus * 1000 - reserved_cpu,
+        memory_bytes=capacity_memory - reserved_memory,
+        reserved_cpu_millis=reserved_cpu,
+        reserved_memory_bytes=reserved_memory,
+        max_pods=max_pods,
+    )
+
+
+def curvine_node_shares(curvine: CurvineConfig, *, fuse: bool) -> list[Share]:
+    """What kvtier's L2 takes on every GPU node: the worker, the FUSE pod (where L2 pods run; the CSI node plugin
+    creates it with nodeName set, so only this sum keeps room for it), the CSI node plugin and the healer."""
+    res = curvine.resources
+    shares = [share("Curvine worker", res.worker.k8s())]
+    if fuse:
+        shares.append(share("FUSE", res.fuse.k8s()))
+    shares.append(share("CSI node", CSI_PLUGIN_RESOURCES, CSI_SIDECAR_RESOURCES, CSI_SIDECAR_RESOURCES))
+    shares.append(share("L2 healer", HEALER_RESOURCES))
+    return shares
+
+
+def daemonset_share() -> Share:
+    return Share("other DaemonSets", int(DAEMONSET_CPU_MILLIS.value), int(DAEMONSET_MEMORY_MIB.value) * MIB)

@@ -49,6 +49,7 @@ def test_healthy_cluster_passes_every_check(dev: Config) -> None:
     # Both live endpoint pods checked; the evicted pod and the janitor's finished pod are not endpoint pods.
     assert len([f for f in report.findings if f.check == "endpoint"]) == 2
     assert len([f for f in report.findings if f.subject.startswith("worker on ")]) == 2
+    assert len([f for f in report.findings if f.subject.startswith("L2 mounts on ") and f.ok]) == 2
 
 
 def test_broken_cluster_reports_each_silent_failure(dev: Config) -> None:
@@ -67,7 +68,11 @@ def test_broken_cluster_reports_each_silent_failure(dev: Config) -> None:
     assert problems["worker on hyperpod-i-0a1b2c3d4e5f60004"].startswith("0 workers")
     assert problems["kvtier-retail/l2-cache"] == "Pending"
     assert "matchConditions require" in problems["kvtier-retail/kvtier-l2-curvine"]
-    assert len(problems) == 6
+    # The healer on ...0003 is not Ready: a mount there did not answer; ...0004 has no healer at all.
+    assert problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60003"].startswith("an L2 mount does not answer")
+    assert "kubectl -n curvine logs kvtier-l2-healer-a0x7k" in problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60003"]
+    assert problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60004"].startswith("no kvtier-l2-healer pod")
+    assert len(problems) == 8
 
 
 def test_missing_objects_are_problems_not_passes(dev: Config) -> None:
@@ -168,7 +173,7 @@ def test_cli_exit_codes_and_json(
 def test_cli_table_names_the_problems(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(kube, "read_snapshot", lambda _config, _context=None: _snapshot("broken"))
     assert cli(["verify", "-e", "dev", "--config-dir", str(CONFIG_DIR)]) == 1
-    assert "6 problem(s)" in capsys.readouterr().out
+    assert "8 problem(s)" in capsys.readouterr().out
 
 
 def test_no_kubeconfig_is_exit_3(

@@ -23,19 +23,20 @@ from kvtier.k8s.curvine import (
     PV_CAPACITY,
     add_janitor,
     curvine_charts,
-    gpu_node_requests,
     master_addresses,
     names,
     pvc_spec,
     static_pv,
 )
 from kvtier.k8s.curvine.cluster import master_max_unavailable, raft_quorum
+from kvtier.k8s.curvine.healer import add_healer_access
 from kvtier.k8s.curvine.janitor import SCRIPT_DIR
-from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, script_text
+from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, l2_janitor, script_text
 from kvtier.k8s.curvine.volumes import fuse_parameters
 from kvtier.placement import placement
 from kvtier.rules import load_checked
 from kvtier.serving import L2_MOUNT_PATH
+from kvtier.sizing import curvine_node_shares
 from tests.support import CONFIG_DIR, ROOT
 from tests.validation import validate_k8s
 
@@ -70,9 +71,7 @@ def toml(name: str) -> dict[str, Any]:
 def pod_specs(objs: tuple[Obj, ...] | list[Obj]) -> Iterator[tuple[str, Obj]]:
     for obj in objs:
         spec = obj.get("spec", {})
-        if obj["kind"] == "CronJob":
-            yield obj["metadata"]["name"], spec["jobTemplate"]["spec"]["template"]["spec"]
-        elif "template" in spec:
+        if "template" in spec:
             yield obj["metadata"]["name"], spec["template"]["spec"]
 
 
@@ -95,8 +94,17 @@ def lob_chart(env: Environment, claim_namespace: str | None = None) -> list[Obj]
         claim_namespace=claim_namespace,
     )
     add_janitor(
-        chart, "janitor", env=env, namespace="kvtier-retail", claim_name="l2-cache", budget_gb=200, max_age_hours=24
+        chart,
+        "janitor",
+        env=env,
+        lob="retail",
+        namespace="kvtier-retail",
+        claim_name="l2-cache",
+        budget_gb=200,
+        max_age_hours=24,
+        in_use=["qwen3-8b"],
     )
+    add_healer_access(chart, "healer", "kvtier-retail")
     return chart.manifests()
 
 
@@ -107,18 +115,19 @@ def test_every_manifest_passes_the_strict_kubernetes_schema(name: str) -> None:
         validate_k8s(obj)
     kinds = {o["kind"] for o in objs}
     assert {"Namespace", "ConfigMap", "StatefulSet", "DaemonSet", "Deployment", "CSIDriver", "StorageClass"} <= kinds
-    assert {"PodDisruptionBudget", "PersistentVolume", "CronJob", "ClusterRole", "Role", "ServiceAccount"} <= kinds
+    assert {"PodDisruptionBudget", "PersistentVolume", "ClusterRole", "Role", "ServiceAccount"} <= kinds
+    assert {"PriorityClass", "RoleBinding"} <= kinds
 
 
 def test_charts_come_in_apply_order() -> None:
     charts = curvine_charts(chart_app(), env_named("dev"))
-    assert [c.node.id for c in charts] == ["curvine-namespace", "curvine-cluster", "curvine-csi"]
-    assert [o["kind"] for o in charts[0].manifests()] == ["Namespace"]
+    assert [c.node.id for c in charts] == ["curvine-namespace", "curvine-cluster", "curvine-csi", "curvine-healer"]
+    assert [o["kind"] for o in charts[0].manifests()] == ["Namespace", "PriorityClass"]
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])
 def test_namespaced_objects_are_in_the_curvine_namespace(name: str) -> None:
-    cluster_scoped = {"Namespace", "StorageClass", "CSIDriver", "ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {"Namespace", "StorageClass", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
     for obj in objects(name):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["kind"]
@@ -292,7 +301,8 @@ def test_rbac_is_least_privilege(name: str) -> None:
     bound = {s["name"] for o in objs if o["kind"].endswith("Binding") for s in o["subjects"]}
     assert bound == {names.CSI_CONTROLLER, names.CSI_NODE}
     for account, sa in accounts.items():
-        assert sa["automountServiceAccountToken"] is (account in bound), account
+        # The healer's Roles live in the LOB namespaces (the LOB stacks bind it).
+        assert sa["automountServiceAccountToken"] is (account in bound or account == names.HEALER), account
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])
@@ -320,7 +330,9 @@ def test_csi_driver_pins_images_and_runs_fuse_standalone_with_its_own_resources(
     fuse = env.curvine.resources.fuse
     assert plugin_env["STANDALONE_CPU_REQUEST"] == fuse.cpu_request
     assert cpu_millis(fuse.cpu_request) >= 2000, "upstream's 500m would starve the node's only FUSE mount"
-    assert "STANDALONE_CPU_LIMIT" not in plugin_env
+    assert plugin_env["STANDALONE_CPU_LIMIT"] == fuse.cpu_request, (
+        "Guaranteed QoS needs a CPU limit equal to the request"
+    )
     assert plugin_env["STANDALONE_MEMORY_LIMIT"] == fuse.memory_limit
     assert plugin_env["STANDALONE_SERVICE_ACCOUNT"] == names.FUSE_SERVICE_ACCOUNT
     controller_env = {e["name"]: e.get("value") for e in container(controller, "csi-plugin")["env"]}
@@ -373,16 +385,78 @@ def test_charts_refuse_an_environment_whose_nvme_is_too_small() -> None:
         curvine_charts(chart_app(), too_big)
 
 
-def test_gpu_node_requests_add_up_the_pods_curvine_puts_on_a_gpu_node() -> None:
+def test_the_node_fit_shares_are_the_requests_the_charts_render() -> None:
     env = env_named("dev")
-    cpu, memory = gpu_node_requests(env)
     objs = objects("dev")
     worker = container(find(objs, "DaemonSet", names.WORKER)["spec"]["template"]["spec"], "worker")
     node = find(objs, "DaemonSet", names.CSI_NODE)["spec"]["template"]["spec"]
-    requests = [worker["resources"]["requests"], *(c["resources"]["requests"] for c in containers(node))]
-    fuse = env.curvine.resources.fuse
-    assert cpu == sum(cpu_millis(r["cpu"]) for r in requests) + cpu_millis(fuse.cpu_request)
-    assert memory == sum(memory_bytes(r["memory"]) for r in requests) + memory_bytes(fuse.memory_request)
+    healer = container(find(objs, "DaemonSet", names.HEALER)["spec"]["template"]["spec"], "healer")
+    plugin_env = {e["name"]: e.get("value") for e in container(node, "csi-plugin")["env"]}
+    fuse = {
+        "cpu": plugin_env["STANDALONE_CPU_REQUEST"],
+        "memory": plugin_env["STANDALONE_MEMORY_REQUEST"],
+    }
+    rendered = {
+        "Curvine worker": [worker["resources"]["requests"]],
+        "FUSE": [fuse],
+        "CSI node": [c["resources"]["requests"] for c in containers(node)],
+        "L2 healer": [healer["resources"]["requests"]],
+    }
+    shares = {s.name: s for s in curvine_node_shares(env.curvine, fuse=True)}
+    assert set(shares) == set(rendered)
+    for name, requests in rendered.items():
+        assert shares[name].cpu_millis == sum(cpu_millis(r["cpu"]) for r in requests), name
+        assert shares[name].memory_bytes == sum(memory_bytes(r["memory"]) for r in requests), name
+
+
+@pytest.mark.parametrize("name", ["dev", "prod"])
+def test_worker_fuse_and_healer_are_guaranteed_and_above_the_engines(name: str) -> None:
+    objs = objects(name)
+    priority = find(objs, "PriorityClass", names.PRIORITY_CLASS)
+    assert 0 < priority["value"] < 2_000_000_000 and priority["globalDefault"] is False
+    for daemonset, container_name in ((names.WORKER, "worker"), (names.HEALER, "healer")):
+        pod = find(objs, "DaemonSet", daemonset)["spec"]["template"]["spec"]
+        assert pod["priorityClassName"] == names.PRIORITY_CLASS
+        resources = container(pod, container_name)["resources"]
+        assert resources["requests"] == resources["limits"], f"{daemonset} is Guaranteed"
+    plugin_env = {
+        e["name"]: e.get("value")
+        for e in container(find(objs, "DaemonSet", names.CSI_NODE)["spec"]["template"]["spec"], "csi-plugin")["env"]
+    }
+    # The FUSE pod the driver builds from these (standalone_manager.go buildResourceRequirements) is Guaranteed.
+    assert plugin_env["STANDALONE_CPU_REQUEST"] == plugin_env["STANDALONE_CPU_LIMIT"]
+    assert plugin_env["STANDALONE_MEMORY_REQUEST"] == plugin_env["STANDALONE_MEMORY_LIMIT"]
+
+
+def test_the_healer_reads_kubelet_mounts_read_only_and_may_only_list_and_delete_lob_pods() -> None:
+    env = env_named("prod")
+    objs = objects("prod")
+    pod = find(objs, "DaemonSet", names.HEALER)["spec"]["template"]["spec"]
+    healer = container(pod, "healer")
+    assert pod["nodeSelector"] == placement(env, "gpu").node_selector
+    pods_mount = next(m for m in healer["volumeMounts"] if m["name"] == "pods")
+    assert pods_mount == {
+        "name": "pods",
+        "mountPath": "/var/lib/kubelet/pods",
+        "readOnly": True,
+        "mountPropagation": "HostToContainer",
+    }
+    security = healer["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert "privileged" not in security
+    assert {a for a in healer["args"] if a.startswith("--namespace=")} == {
+        "--namespace=kvtier-retail",
+        "--namespace=kvtier-support",
+        "--namespace=kvtier-search",
+    }
+    assert not [o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding") and "healer" in str(o)]
+    lob = lob_chart(env, "kvtier-retail")
+    role = find(lob, "Role", names.HEALER)
+    assert role["metadata"]["namespace"] == "kvtier-retail"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    binding = find(lob, "RoleBinding", names.HEALER)
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": "curvine"}]
 
 
 # --- static PV and janitor, as LOB stacks call them ---------------------------------------------------------------
@@ -454,26 +528,45 @@ def test_static_pv_rejects_bad_paths(path: str) -> None:
         static_pv(KvtierChart(chart_app(), "c"), "pv", env=env_named("dev"), name="pv", curvine_path=path)
 
 
-def test_janitor_mounts_the_claim_where_pods_do_and_runs_the_shipped_script() -> None:
+def test_janitor_is_a_looping_deployment_that_mounts_the_claim_and_runs_the_shipped_script() -> None:
     objs = lob_chart(env_named("dev"))
-    cron = find(objs, "CronJob", "l2-cache-janitor")
-    assert cron["metadata"]["namespace"] == "kvtier-retail"
-    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    deployment = find(objs, "Deployment", "l2-cache-janitor")
+    assert deployment["metadata"]["namespace"] == "kvtier-retail"
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}, "two janitors would race"
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"]["kvtier.io/component"] == "l2-janitor"
+    assert template["metadata"]["annotations"]["prometheus.io/port"] == "9400"
+    pod = template["spec"]
     assert pod["nodeSelector"] == {ROLE_LABEL: "gpu"}
     assert pod["automountServiceAccountToken"] is False
+    assert pod["priorityClassName"] == names.PRIORITY_CLASS
     claim = next(v for v in pod["volumes"] if "persistentVolumeClaim" in v)
     assert claim["persistentVolumeClaim"] == {"claimName": "l2-cache"}
     janitor = container(pod, "janitor")
     mounts = {m["name"]: m["mountPath"] for m in janitor["volumeMounts"]}
     assert mounts[claim["name"]] == L2_MOUNT_PATH == "/mnt/kvtier/l2"
     assert janitor["command"] == ["python3", f"{SCRIPT_DIR}/{JANITOR}"]
-    assert janitor["args"][0] == L2_MOUNT_PATH
-    assert "--budget-gb=200" in janitor["args"] and "--max-age-hours=24" in janitor["args"]
+    args = janitor["args"]
+    assert args[0] == L2_MOUNT_PATH
+    assert {"--budget-gb=200", "--max-age-hours=24", "--lob=retail", "--delete-unused", "--in-use=qwen3-8b"} <= set(
+        args
+    )
+    assert "--interval-seconds=30" in args and "--metrics-port=9400" in args
+    assert f"--master-url=http://{names.master_hostname(0)}:9000" in args
+    assert "--once" not in args
+    assert janitor["ports"] == [{"name": "metrics", "containerPort": 9400}]
+    assert janitor["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    security = janitor["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
+    assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert janitor["image"] == env_named("dev").curvine.images.curvine
     script = find(objs, "ConfigMap", "l2-cache-janitor")
     assert script["metadata"]["namespace"] == "kvtier-retail"
     assert script["data"] == {JANITOR: script_text(JANITOR)}
+    # The shipped args parse with the shipped script (one source of truth for the flags).
+    parsed = l2_janitor.parse_args(args)
+    assert parsed.in_use == ["qwen3-8b"] and parsed.delete_unused and not parsed.once
 
 
 @pytest.mark.parametrize(("budget", "age"), [(0, 24), (100, 0), (-1, 1)])
@@ -483,10 +576,12 @@ def test_janitor_rejects_non_positive_limits(budget: float, age: float) -> None:
             KvtierChart(chart_app(), "c"),
             "j",
             env=env_named("dev"),
+            lob="x",
             namespace="kvtier-x",
             claim_name="l2-cache",
             budget_gb=budget,
             max_age_hours=age,
+            in_use=[],
         )
 
 
@@ -528,6 +623,7 @@ def test_pods_select_their_role_and_tolerate_exactly_its_taints(
         names.CSI_CONTROLLER: "system",
         names.WORKER: "gpu",
         names.CSI_NODE: "gpu",
+        names.HEALER: "gpu",
         "l2-cache-janitor": "gpu",
     }
     seen = set()

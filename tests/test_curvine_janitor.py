@@ -52,7 +52,7 @@ def run(root: Path, *args: str, python: str = sys.executable) -> tuple[int, dict
     script = root.parent / JANITOR
     script.write_text(script_text(JANITOR))  # the ConfigMap's content
     result = subprocess.run(
-        [python, str(script), str(root), f"--now={NOW}", *args],
+        [python, str(script), str(root), f"--now={NOW}", "--once", *args],
         capture_output=True,
         text=True,
         timeout=60,

@@ -11,6 +11,7 @@ from syrupy.assertion import SnapshotAssertion
 
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine import add_janitor, curvine_charts, static_pv
+from kvtier.k8s.curvine.healer import add_healer_access
 from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
@@ -44,6 +45,15 @@ def test_lob_helpers_match_snapshot(snapshot: SnapshotAssertion) -> None:
     chart = KvtierChart(chart_app(), "lob")
     static_pv(chart, "pv", env=env, name="kvtier-dev-retail", curvine_path="/kvtier/dev/retail")
     add_janitor(
-        chart, "janitor", env=env, namespace="kvtier-retail", claim_name="l2-cache", budget_gb=200, max_age_hours=24
+        chart,
+        "janitor",
+        env=env,
+        lob="retail",
+        namespace="kvtier-retail",
+        claim_name="l2-cache",
+        budget_gb=200,
+        max_age_hours=24,
+        in_use=["qwen3-8b"],
     )
+    add_healer_access(chart, "healer", "kvtier-retail")
     assert as_yaml(chart) == snapshot

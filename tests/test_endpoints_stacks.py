@@ -125,7 +125,7 @@ def test_default_lob_has_what_the_issue_promises(dev: Synth) -> None:
     (policy,) = charts["admission"]
     assert crd_errors(shared_path(POLICY_CRD), "v1", policy) == []
     kinds = {o["kind"]: o for o in charts["l2"]}
-    assert {"PersistentVolume", "PersistentVolumeClaim", "CronJob"} <= kinds.keys()
+    assert {"PersistentVolume", "PersistentVolumeClaim", "Deployment", "Role", "RoleBinding"} <= kinds.keys()
     assert kinds["PersistentVolume"]["spec"]["csi"]["volumeAttributes"]  # the Curvine chart's helper
     assert kinds["PersistentVolumeClaim"]["metadata"] == {
         "name": "l2-cache",
@@ -184,4 +184,4 @@ def test_every_lob_manifest_passes_its_schema(env: str, request: pytest.FixtureR
                     assert crd_errors(crds[obj["kind"]], "v1", obj) == [], (stack.stack_name, obj["metadata"])
                 else:
                     validate_k8s(obj)
-    assert {"InferenceEndpointConfig", "Policy", "PersistentVolumeClaim", "CronJob"} <= seen
+    assert {"InferenceEndpointConfig", "Policy", "PersistentVolumeClaim", "Deployment"} <= seen

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -214,10 +213,11 @@ def test_a_size_beyond_any_deployment_is_refused_by_the_planner(
 
 
 def test_the_simulated_janitor_is_the_deployed_one() -> None:
-    from kvtier.k8s.curvine.janitor import DEFAULT_SCHEDULE, TARGET_FRACTION
+    from kvtier.k8s.curvine.janitor import TARGET_FRACTION, janitor_args
+    from kvtier.rules import load_checked
 
-    minutes = re.fullmatch(r"\*/(\d+) \* \* \* \*", DEFAULT_SCHEDULE)
-    assert minutes, f"the janitor's schedule {DEFAULT_SCHEDULE!r} is not every N minutes: update the simulator"
-    assert int(minutes.group(1)) * 60.0 == JANITOR_EVERY_S
+    args = janitor_args(load_checked(CONFIG_DIR, "dev").env, "retail", 200, 24, ["qwen3-8b"])
+    interval = next(float(a.split("=", 1)[1]) for a in args if a.startswith("--interval-seconds="))
+    assert interval == JANITOR_EVERY_S
     assert TARGET_FRACTION == JANITOR_TARGET_FRACTION
     assert SimConfig().janitor_every_s == JANITOR_EVERY_S

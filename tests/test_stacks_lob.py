@@ -44,7 +44,12 @@ def test_lob_stack_holds_its_fences_volume_policy_and_endpoints(prod: Synth, lob
     assert volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain"
     [claim] = _kinds(objects, "PersistentVolumeClaim")
     assert claim["metadata"]["name"] == "l2-cache" and claim["spec"]["accessModes"] == ["ReadWriteMany"]
-    assert _kinds(objects, "CronJob"), "the L2 janitor"
+    janitors = [d for d in _kinds(objects, "Deployment") if d["metadata"]["name"] == "l2-cache-janitor"]
+    assert janitors, "the L2 janitor"
+    args = janitors[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    wanted = {f"--in-use={e.name}" for e in config.lob(lob).endpoints if e.cache.l2 == "curvine"}
+    assert {a for a in args if a.startswith("--in-use=")} == wanted, "the janitor keeps exactly the endpoints' dirs"
+    assert _kinds(objects, "RoleBinding"), "the L2 healer may restart this LOB's pods"
     [policy] = _kinds(objects, "Policy")
     assert policy["metadata"]["namespace"] == namespace
     for endpoint in config.lob(lob).endpoints:

@@ -69,7 +69,7 @@ def register(sub: Any) -> None:
         type=float,
         default=JANITOR_EVERY_S,
         metavar="SECONDS",
-        help=f"L2 janitor sweep period (default {JANITOR_EVERY_S:g}, its CronJob's; 0: at every write)",
+        help=f"L2 janitor sweep period (default {JANITOR_EVERY_S:g}, the deployed janitor's; 0: at every write)",
     )
     parser.add_argument(
         "--prefix-min-match", type=int, default=0, metavar="TOKENS", help="prefixaware: least-loaded below this match"
@@ -172,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _l2_policy(endpoint: Endpoint, lob: LineOfBusiness, janitor_every_s: float) -> dict[str, Any]:
-    """Curvine L2 is kept by the LOB's janitor (age, then oldest down to 90% of the budget, every 10 minutes).
+    """Curvine L2 is kept by the LOB's janitor (age, then oldest down to 90% of the budget, every 30 seconds).
     HyperPod Tiered Storage evicts by itself, by a policy AWS does not document: modelled as oldest-first at the
     budget, no age limit."""
     if endpoint.cache.l2 == "curvine":

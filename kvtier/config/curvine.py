@@ -113,11 +113,27 @@ class Resources(StrictModel):
 class CurvineResources(StrictModel):
     # Upstream chart values (curvine-helm index copy): master 1 CPU/2Gi -> 2/4Gi, worker 2/4Gi -> 4/8Gi.
     master: Resources = Resources(cpu_request="500m", memory_request="2Gi", cpu_limit="2", memory_limit="4Gi")
+    # Worker and FUSE carry every L2 read and write of their node, so both are Guaranteed (requests = limits): the
+    # kubelet evicts them after Burstable pods and their OOM score is the one of the Guaranteed vLLM pods (issue 11).
     # Worker reads and writes go through the page cache, which counts toward the memory cgroup (reclaimable).
-    worker: Resources = Resources(cpu_request="2", memory_request="4Gi", cpu_limit="4", memory_limit="8Gi")
-    # One FUSE process per GPU node carries every L2 read and write of that node: upstream's 2-CPU cap may throttle
-    # it (reference 1.8), so it gets 2 guaranteed CPUs and no CPU limit; an OOM kill breaks every mount on the node.
-    fuse: Resources = Resources(cpu_request="2", memory_request="2Gi", memory_limit="8Gi")
+    worker: Resources = Resources(cpu_request="2", memory_request="8Gi", cpu_limit="2", memory_limit="8Gi")
+    # One FUSE process per GPU node: an OOM kill breaks every L2 mount on the node (the healer then restarts the
+    # pods that use them). The CSI driver creates it with nodeName set: `kvtier validate` checks that it fits.
+    fuse: Resources = Resources(cpu_request="2", memory_request="8Gi", cpu_limit="2", memory_limit="8Gi")
+
+    @model_validator(mode="after")
+    def _data_path_guaranteed(self) -> CurvineResources:
+        for name in ("worker", "fuse"):
+            res: Resources = getattr(self, name)
+            if res.cpu_limit != res.cpu_request or res.memory_limit != res.memory_request:
+                raise FieldError(
+                    name,
+                    f"requests ({res.cpu_request} CPU, {res.memory_request}) differ from limits "
+                    f"({res.cpu_limit or 'none'} CPU, {res.memory_limit}), so the {name} pod is Burstable: evicted and "
+                    "OOM-killed before the Guaranteed vLLM pods, which silently loses L2 on its node",
+                    "set cpu_limit equal to cpu_request and memory_limit equal to memory_request (Guaranteed QoS)",
+                )
+        return self
 
 
 class CurvineImages(StrictModel):

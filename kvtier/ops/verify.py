@@ -2,7 +2,8 @@
 
 - Every endpoint pod: exactly one LMCACHE_REMOTE_URL pointing at its own L2 directory, the L2 mount, PYTHONHASHSEED
   and the serde (a pod without them runs, with L2 hits silently at zero).
-- Curvine: one ready worker on every GPU node, every master ready.
+- Curvine: one ready worker on every GPU node, every master ready, and every L2 mount on every GPU node answering
+  (the node's L2 healer is Ready only then).
 - Every LOB's `l2-cache` claim bound, and its Kyverno Policy ready where operator pods need the rewiring.
 
 Pure functions over a `Snapshot` (what kvtier.ops.kube reads), so they are tested on stored objects. Names, labels and
@@ -21,8 +22,8 @@ from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.config.loader import Config
 from kvtier.errors import ExitCode
+from kvtier.k8s.curvine.names import HEALER, component_labels
 from kvtier.k8s.curvine.names import NAMESPACE as CURVINE_NAMESPACE
-from kvtier.k8s.curvine.names import component_labels
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.naming import lob_namespace
@@ -277,12 +278,32 @@ def curvine_findings(env: Environment, snapshot: Snapshot) -> list[Finding]:
             "one worker, ready" if ok else f"{len(on_node)} workers, {ready_here} ready; exactly one ready is needed"
         )
         findings.append(Finding("curvine", f"worker on {node}", ok, message))
+    healers = [p for p in pods if _has_labels(p, component_labels("l2-healer"))]
+    for node in gpu_nodes:
+        findings.append(_mount_finding(node, [p for p in healers if p.get("spec", {}).get("nodeName") == node]))
     stray = sorted({str(p.get("spec", {}).get("nodeName")) for p in workers} - set(gpu_nodes))
     if stray:
         findings.append(
             Finding("curvine", "stray workers", False, f"workers on nodes outside the GPU selector: {stray}")
         )
     return findings
+
+
+def _mount_finding(node: str, healers: Sequence[Obj]) -> Finding:
+    """The node's L2 healer is Ready only while every L2 mount on the node answered its last stat (its /readyz)."""
+    subject = f"L2 mounts on {node}"
+    if not healers:
+        return Finding("curvine", subject, False, f"no {HEALER} pod: dead L2 mounts there are neither found nor healed")
+    if all(_ready(p) for p in healers):
+        return Finding("curvine", subject, True, "every L2 mount answered the healer's last check")
+    name = _name(healers[0])
+    return Finding(
+        "curvine",
+        subject,
+        False,
+        f"an L2 mount does not answer (dead or hung FUSE); the healer restarts its pods: "
+        f"kubectl -n {CURVINE_NAMESPACE} logs {name}",
+    )
 
 
 # ---- claims and policies -------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from kvtier.rules.fit import check_model_fits, check_node_memory, placement_prob
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
 from kvtier.rules.l2 import check_chunk_alignment, check_l2_pool, check_shared_model_ids, curvine_problems
 from kvtier.rules.models import endpoint_models
+from kvtier.rules.node_fit import check_node_requests
 from kvtier.rules.routing import check_routing
 from kvtier.rules.tiered_storage import check_tiered_storage
 
@@ -49,7 +50,8 @@ def cross_check(
         check_shared_model_ids(ctx, lob, found)
     check_gpu_groups(ctx, found)
     check_node_memory(ctx, found)
-    check_l2_pool(ctx, found)
+    check_l2_pool(ctx, found, models)
+    check_node_requests(ctx, found)
     check_rolling_updates(ctx, found)
     return found.errors, found.warnings
 

@@ -3,12 +3,16 @@ that line up with vLLM blocks, and endpoints that share a model but not a cache.
 
 from __future__ import annotations
 
-from kvtier.catalog import GB
+from collections.abc import Mapping
+
+from kvtier.catalog import GB, Model
 from kvtier.config.curvine import DECIMAL_GB, NVME_USABLE_FRACTION, curvine_gb_bytes, max_worker_data_gb
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import Problem
+from kvtier.planner.speed import speeds
 from kvtier.rules.context import Context, Findings, Site
+from kvtier.sizing import JANITOR_INTERVAL_SECONDS
 
 
 def check_worker_fits(env: Environment, file: str = "") -> list[Problem]:
@@ -95,23 +99,69 @@ def check_shared_model_ids(ctx: Context, lob: LineOfBusiness, found: Findings) -
             )
 
 
-def check_l2_pool(ctx: Context, found: Findings) -> None:
+def pool_gb(ctx: Context) -> float:
+    """Decimal GB the Curvine pool holds (budget_gb is decimal; worker_data_gb is Curvine GB = GiB)."""
+    workers = sum(g.count for g in ctx.env.groups("gpu"))
+    curvine = ctx.env.curvine
+    return workers * (curvine.worker_data_gb - curvine.worker_reserved_gb) * 1024**3 / GB
+
+
+def l2_write_gbps(ctx: Context, lob: LineOfBusiness, models: Mapping[tuple[str, int], Model]) -> float:
+    """The most a LOB writes to L2: every replica prefilling short prompts flat out (KV bytes per token over prefill
+    seconds per token, kvtier.planner.speed), e.g. 1.6 GB/s for Qwen3-8B on one L40S at the catalog's prefill MFU."""
+    rate = 0.0
+    for index, e in enumerate(lob.endpoints):
+        model = models.get((lob.name, index))
+        if e.cache.l2 != "curvine" or model is None:
+            continue
+        per_token = speeds(model, ctx.env.instance(e.instance_type), e.tensor_parallel).prefill_s_per_token
+        if per_token > 0:
+            rate += e.max_replicas * model.kv_bytes_per_token / per_token / GB
+    return rate
+
+
+def janitor_overshoot_gb(write_gbps: float) -> float:
+    """How far a LOB can exceed its budget between two janitor decisions: what it writes in two intervals (a file
+    written just after one listing is first counted by the next, which ends at most one more interval later, as long
+    as a pass takes less than an interval)."""
+    return write_gbps * 2 * JANITOR_INTERVAL_SECONDS
+
+
+def check_l2_pool(ctx: Context, found: Findings, models: Mapping[tuple[str, int], Model] | None = None) -> None:
     users = [lob for lob in ctx.lobs if any(e.cache.l2 == "curvine" for e in lob.endpoints)]
     budget_gb = sum(lob.l2.budget_gb for lob in users)
     workers = sum(g.count for g in ctx.env.groups("gpu"))
-    # budget_gb is decimal GB (what the janitor counts); worker_data_gb is Curvine GB = GiB (kvtier.config.curvine).
     curvine = ctx.env.curvine
-    pool_gb = workers * (curvine.worker_data_gb - curvine.worker_reserved_gb) * 1024**3 / GB
-    if budget_gb <= pool_gb:
+    pool = pool_gb(ctx)
+    if budget_gb > pool:
+        parts = ", ".join(f"{lob.name} {lob.l2.budget_gb:g}" for lob in users)
+        found.errors.append(
+            Problem(
+                ctx.env_file,
+                "curvine.worker_data_gb",
+                f"the LOBs' L2 budgets add up to {budget_gb:,.1f} GB ({parts}) and the Curvine pool holds "
+                f"{pool:,.1f} GB ({workers} GPU node workers x (worker_data_gb {curvine.worker_data_gb} - "
+                f"worker_reserved_gb {curvine.worker_reserved_gb}) GiB)",
+                "raise worker_data_gb (up to what the NVMe holds), add GPU nodes, or lower the LOBs' l2.budget_gb",
+            )
+        )
         return
-    parts = ", ".join(f"{lob.name} {lob.l2.budget_gb:g}" for lob in users)
-    found.errors.append(
+    if models is None:
+        return
+    # Between two passes a LOB may overshoot its budget; only if every LOB's budget plus overshoot fits the pool can
+    # no LOB, alone or with the others, fill it and fail every LOB's writes (docs/l2.md).
+    peaks = {lob.name: lob.l2.budget_gb + janitor_overshoot_gb(l2_write_gbps(ctx, lob, models)) for lob in users}
+    if sum(peaks.values()) <= pool:
+        return
+    parts = ", ".join(f"{lob.name} {lob.l2.budget_gb:g} + {peaks[lob.name] - lob.l2.budget_gb:,.0f}" for lob in users)
+    found.warnings.append(
         Problem(
             ctx.env_file,
             "curvine.worker_data_gb",
-            f"the LOBs' L2 budgets add up to {budget_gb:,.1f} GB ({parts}) and the Curvine pool holds {pool_gb:,.1f} GB "
-            f"({workers} GPU node workers x (worker_data_gb {curvine.worker_data_gb} - worker_reserved_gb "
-            f"{curvine.worker_reserved_gb}) GiB)",
-            "raise worker_data_gb (up to what the NVMe holds), add GPU nodes, or lower the LOBs' l2.budget_gb",
+            f"the LOBs' L2 budgets plus what each can write between two janitor passes ({2 * JANITOR_INTERVAL_SECONDS} s "
+            f"at full prefill) add up to {sum(peaks.values()):,.1f} GB ({parts}) and the Curvine pool holds "
+            f"{pool:,.1f} GB: under full load the pool can fill before the janitors catch up, and then every LOB's "
+            "L2 writes fail",
+            "lower the LOBs' l2.budget_gb by the overshoot, raise worker_data_gb, or add GPU nodes",
         )
     )

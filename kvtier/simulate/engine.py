@@ -8,7 +8,7 @@ Events, in time order (a prefill finishing before a request arriving at the same
 - finish: the prompt's units are now in the replica's L0 and L1 (LRU); L2 gets the units past the prefix LMCache
   already held in L1 or L2 (its skip_leading_tokens), written by this replica; the next queued request starts.
   TTFT = queueing + service.
-The janitor sweeps L2 every 10 minutes of simulated time, as deployed (see `SharedPool`).
+The janitor sweeps L2 every 30 seconds of simulated time, as deployed (see `SharedPool`).
 
 With roundrobin or session routing and one slot, each replica's L0/L1 see the same sequence whatever the sizes,
 so a larger L0 never lowers the hit rate, nor does a larger L1 without L2 (with L2, a larger L1 means fewer L2
@@ -31,12 +31,13 @@ from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
 from kvtier.simulate.trace import UnitTrace, to_units
+from kvtier.sizing import JANITOR_INTERVAL_SECONDS
 from kvtier.trace import Trace
 
 PROGRESS_EVERY = 256  # requests between progress callbacks
-# The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): schedule "*/10 * * * *", and once over budget it
-# deletes down to TARGET_FRACTION of it. Mirrored here (that module pulls in cdk8s); a test keeps them equal.
-JANITOR_EVERY_S = 600.0
+# The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): a pass every JANITOR_INTERVAL_SECONDS, and once over
+# budget it deletes down to TARGET_FRACTION of it. Mirrored here (that module pulls in cdk8s); a test keeps them equal.
+JANITOR_EVERY_S = float(JANITOR_INTERVAL_SECONDS)
 JANITOR_TARGET_FRACTION = 0.9
 
 

@@ -21,6 +21,7 @@ from kvtier.constructs.manifests import apply_chart
 from kvtier.constructs.model_access import ModelReaderRole, s3_models
 from kvtier.k8s.base import KvtierChart, api_object, chart_app
 from kvtier.k8s.bench_job import add_bench_job
+from kvtier.k8s.curvine.healer import add_healer_access
 from kvtier.k8s.curvine.janitor import add_janitor
 from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
 from kvtier.k8s.isolation import add_isolation
@@ -30,7 +31,7 @@ from kvtier.k8s.operator_endpoint import add_operator_endpoint
 from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
 from kvtier.naming import l2_lob_path, lob_namespace
-from kvtier.serving import L2_CLAIM
+from kvtier.serving import L2_CLAIM, l2_subdir
 from kvtier.stacks.base import KvtierStack
 
 LOB_TAG = "kvtier:line-of-business"
@@ -82,7 +83,8 @@ class LobStack(KvtierStack):
         return self._apply("Isolation", chart, self.namespace_manifest)
 
     def _l2(self) -> eks.KubernetesManifest:
-        """The LOB's directory of the Curvine pool as the PVC `l2-cache`, and the janitor that keeps it in budget."""
+        """The LOB's directory of the Curvine pool as the PVC `l2-cache`, the janitor that keeps it in budget, and the
+        healer's right to restart the LOB's pods whose L2 mount died."""
         env = self.config_env
         chart = self._chart("l2")
         volume = l2_volume_name(env.name, self.lob.name)
@@ -109,11 +111,15 @@ class LobStack(KvtierStack):
             chart,
             "janitor",
             env=env,
+            lob=self.lob.name,
             namespace=self.namespace,
             claim_name=L2_CLAIM,
             budget_gb=self.lob.l2.budget_gb,
             max_age_hours=self.lob.l2.max_age_hours,
+            in_use=[l2_subdir(e) for e in self.lob.endpoints if e.cache.l2 == "curvine"],
         )
+        if env.hyperpod.installs("curvine"):
+            add_healer_access(chart, "healer", self.namespace)  # the healer runs with kvtier's Curvine charts
         return self._apply("L2", chart, self.namespace_manifest)
 
     def _admission(self) -> eks.KubernetesManifest:

@@ -1,6 +1,7 @@
 """Curvine, the L2 pool: charts for the platform stack, and the helpers LOB stacks use (static PV, janitor).
 
-Apply order (`curvine_charts`): the namespace, then the cluster (config, masters, workers), then the CSI driver.
+Apply order (`curvine_charts`): the namespace (and kvtier's PriorityClass), then the cluster (config, masters,
+workers), then the CSI driver, then the L2 healer.
 
 Submodules load lazily: `kvtier.k8s.curvine.names` (plain constants) must stay importable without cdk8s/jsii, for
 `kvtier verify`.
@@ -12,14 +13,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from kvtier.k8s.curvine.charts import curvine_charts, gpu_node_requests
+    from kvtier.k8s.curvine.charts import curvine_charts
     from kvtier.k8s.curvine.janitor import add_janitor
     from kvtier.k8s.curvine.names import NAMESPACE
     from kvtier.k8s.curvine.volumes import PV_CAPACITY, STORAGE_CLASS_NAME, master_addresses, pvc_spec, static_pv
 
 _HOME = {
     "curvine_charts": "charts",
-    "gpu_node_requests": "charts",
     "add_janitor": "janitor",
     "NAMESPACE": "names",
     "PV_CAPACITY": "volumes",
@@ -34,7 +34,6 @@ __all__ = [
     "STORAGE_CLASS_NAME",
     "add_janitor",
     "curvine_charts",
-    "gpu_node_requests",
     "master_addresses",
     "pvc_spec",
     "static_pv",

@@ -54,6 +54,18 @@ def namespace_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
             },
         },
     )
+    api_object(
+        chart,
+        "priority-class",
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": names.PRIORITY_CLASS},
+            "value": names.PRIORITY_VALUE,
+            "globalDefault": False,
+            "description": "kvtier L2 data path (Curvine workers, L2 healer, janitors): above the inference engines",
+        },
+    )
     return chart
 
 
@@ -298,6 +310,8 @@ def _workers(chart: cdk8s.Chart, env: Environment, config_digest: str) -> None:
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": 30,
+        # Guaranteed (kvtier.config.curvine) and above the engines: a full node evicts an engine, not the L2 worker.
+        "priorityClassName": names.PRIORITY_CLASS,
         **placement(env, "gpu").pod_spec(),
         "securityContext": dict(POD_SECURITY),
         "containers": [server],

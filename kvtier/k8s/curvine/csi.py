@@ -16,11 +16,12 @@ from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED, RESTRICTED_READ_ONLY, env_var, field_env
 from kvtier.placement import placement
+from kvtier.sizing import CSI_PLUGIN_RESOURCES, CSI_SIDECAR_RESOURCES
 
 CSI_SOCKET_DIR = "/csi"
 CSI_ENDPOINT = f"unix://{CSI_SOCKET_DIR}/csi.sock"
-SIDECAR_RESOURCES = {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
-PLUGIN_RESOURCES = {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}}
+SIDECAR_RESOURCES = CSI_SIDECAR_RESOURCES
+PLUGIN_RESOURCES = CSI_PLUGIN_RESOURCES
 
 # external-provisioner v6.3.0 deploy/kubernetes/rbac.yaml minus snapshots (unused), leases (one replica, no leader
 # election), csistoragecapacities and pods/replicasets (capacity tracking off).
@@ -217,7 +218,9 @@ def _controller(chart: cdk8s.Chart, env: Environment) -> None:
 
 
 def standalone_env(env: Environment) -> list[dict[str, Any]]:
-    """How the node plugin builds FUSE pods (standalone_manager.go reads these)."""
+    """How the node plugin builds FUSE pods (standalone_manager.go buildResourceRequirements reads these). Requests
+    equal limits (kvtier.config.curvine), so the FUSE pod is Guaranteed; the driver sets no priorityClassName and
+    reads no variable for one (buildStandalone), so FUSE keeps the default priority 0 of the engines."""
     fuse = env.curvine.resources.fuse
     out = [
         env_var("STANDALONE_SERVICE_ACCOUNT", names.FUSE_SERVICE_ACCOUNT),

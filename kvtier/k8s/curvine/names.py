@@ -10,7 +10,7 @@ CLUSTER_ID = "curvine"  # Curvine's default cluster_id, written explicitly
 MASTER_RPC_PORT = 8995
 JOURNAL_PORT = 8996
 WORKER_RPC_PORT = 8997
-MASTER_WEB_PORT = 9000  # /metrics, UI, /api/*
+MASTER_WEB_PORT = 9000  # /metrics, UI, /api/* (the janitor reads /api/workers)
 WORKER_WEB_PORT = 9001  # /metrics
 FUSE_WEB_PORT = 9002  # /metrics, /healthz of the standalone FUSE pods (host network)
 CSI_HEALTH_PORT = 9909  # livenessprobe sidecar of the CSI plugin
@@ -28,6 +28,12 @@ CSI_NODE = "curvine-csi-node"
 FUSE_SERVICE_ACCOUNT = "curvine-fuse"  # standalone FUSE pods created by the node plugin
 FUSE_METRICS_SERVICE = "curvine-fuse-metrics"
 FUSE_POD_LABELS = {"app": "curvine-standalone"}  # set by the node plugin (standalone_manager.go)
+HEALER = "kvtier-l2-healer"  # DaemonSet, ServiceAccount (and the Role name each LOB namespace binds it to)
+HEALER_HEALTH_PORT = 9401  # /healthz of the healer: 503 while an L2 mount on its node does not answer
+# Above the engines (no class: priority 0) and below the system classes (2e9): the kubelet evicts the engines first
+# under node pressure, and a pending worker may preempt an engine, not a system pod.
+PRIORITY_CLASS = "kvtier-l2"
+PRIORITY_VALUE = 1_000_000
 
 # Paths inside the Curvine containers.
 CONFIG_DIR = "/etc/curvine"
@@ -60,6 +66,10 @@ def component_labels(component: str) -> dict[str, str]:
 def master_hostname(index: int) -> str:
     """Stable DNS name of master `index` through the headless Service."""
     return f"{MASTER}-{index}.{MASTER}.{NAMESPACE}.svc.{CLUSTER_DOMAIN}"
+
+
+def master_web_url(index: int) -> str:
+    return f"http://{master_hostname(index)}:{MASTER_WEB_PORT}"
 
 
 def prometheus_annotations(port: int) -> dict[str, str]:

@@ -1,32 +1,56 @@
 #!/usr/bin/env python3
 """kvtier L2 janitor: keeps one line of business's L2 directory within its age and size budget.
 
-Neither LMCache's fs connector nor Curvine (v0.4.1, defaults) evicts anything, so this runs as a CronJob that mounts
-the LOB's L2 volume. One pass, in this order:
-  1. stale temporary files: `*.tmp` not modified for --tmp-max-age-minutes (LMCache writes `<file>.tmp`, then renames;
-     an interrupted write leaves the temporary file behind);
-  2. files not modified for --max-age-hours;
-  3. if the directory still holds more than --budget-gb, the least recently written files until it holds at most
-     --target-fraction of the budget (hysteresis, so the next pass does not start at the edge).
-Every endpoint subdirectory is walked; directories, symlinks and other non-regular files are never deleted. Reads do
-not change mtime, so "oldest" means oldest written. --budget-gb is decimal GB (10^9 bytes), as the LOB's l2.budget_gb.
+Neither LMCache's fs connector nor Curvine v0.4.1 (as kvtier configures it) evicts anything, so this runs as a
+Deployment that mounts the LOB's L2 volume and makes one pass every --interval-seconds (docs/l2.md). One pass:
+  1. list every regular file (a listing that fails, e.g. a dead FUSE mount, ends the process with exit 3 and deletes
+     nothing: the Deployment restarts it, and `kvtier_janitor_last_success_timestamp_seconds` stops moving);
+  2. stale temporary files: `*.tmp` not modified for --tmp-max-age-minutes (LMCache writes `<file>.tmp`, then renames;
+     a younger one is a write in progress and is never deleted);
+  3. with --delete-unused, files outside every --in-use directory (`<endpoint>/<identity>`) older than
+     --unused-grace-minutes, then the emptied directories: a changed model identity or a removed endpoint;
+  4. files whose blocks are gone: after Curvine reports a lost worker (--master-url, `/api/workers`) or every
+     --probe-interval-minutes, each file is read 1 byte at its start and end; EIO (Curvine's "all replicas has been
+     lost") deletes it, any other read error stops the pass without deleting;
+  5. files not modified for --max-age-hours;
+  6. if the directory still holds more than --budget-gb, the least recently written files until it holds at most
+     --target-fraction of the budget. Curvine does not update access times on reads (docs/references.md), so "least
+     recently written" is the best order it offers; a hot prefix that goes is written again by the next engine that
+     misses it, with a fresh mtime.
+Directories, symlinks and other non-regular files are never deleted (only directories emptied in step 3).
+--budget-gb is decimal GB (10^9 bytes), as the LOB's l2.budget_gb.
+
+Serves Prometheus metrics on --metrics-port (/metrics) and /healthz (200 while passes succeed, for the liveness
+probe). --once makes one pass and exits (tests, the real-engine test). Prints one JSON summary line per pass.
+Exit 0 done, 1 some deletions failed (--once), 2 bad arguments or root, 3 the L2 tree could not be listed or read.
 
 Runs on the Python 3.9 of the Curvine runtime image (Rocky Linux 9): standard library only, no 3.10+ syntax.
-Prints one JSON summary line. Exit 0 done, 1 some deletions failed, 2 bad arguments or root.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 GB = 1000**3
 TMP_SUFFIX = ".tmp"
+REASONS = ("stale_tmp", "unused", "lost", "expired", "over_budget")
+# Read errors that mean "this file's data is gone" (curvine-fuse maps the master's lost-replica error to EIO).
+LOST_ERRNOS = frozenset({errno.EIO, errno.ENODATA})
+EXIT_OK, EXIT_DELETE_ERRORS, EXIT_USAGE, EXIT_CANNOT_LIST = 0, 1, 2, 3
+
+
+class ListingError(Exception):
+    """The L2 tree could not be listed or read: this pass deletes nothing."""
 
 
 @dataclass(frozen=True)
@@ -45,16 +69,23 @@ class Plan:
     """What one pass deletes, by reason, and what stays."""
 
     stale_tmp: list[Entry] = field(default_factory=list)
+    unused: list[Entry] = field(default_factory=list)
+    lost: list[Entry] = field(default_factory=list)
     expired: list[Entry] = field(default_factory=list)
     over_budget: list[Entry] = field(default_factory=list)
     kept: list[Entry] = field(default_factory=list)
 
+    def by_reason(self) -> dict[str, list[Entry]]:
+        return {reason: getattr(self, reason) for reason in REASONS}
+
     def deleted(self) -> list[Entry]:
-        return self.stale_tmp + self.expired + self.over_budget
+        return [e for reason in REASONS for e in getattr(self, reason)]
 
 
-def scan(root: str) -> list[Entry]:
-    """Every regular file under `root`, without following symlinks; files that vanish meanwhile are skipped."""
+def scan(root: str, directories: dict[str, float] | None = None) -> list[Entry]:
+    """Every regular file under `root`, without following symlinks; files that vanish meanwhile are skipped. Any
+    other error (ENOTCONN of a dead FUSE mount, EACCES, a timeout) raises ListingError. `directories`, when given,
+    gets each subdirectory's mtime as listed (before this pass deletes anything in it)."""
     found: list[Entry] = []
     stack = [root]
     while stack:
@@ -65,14 +96,49 @@ def scan(root: str) -> list[Entry]:
                     try:
                         if item.is_dir(follow_symlinks=False):
                             stack.append(item.path)
+                            if directories is not None:
+                                directories[item.path] = item.stat(follow_symlinks=False).st_mtime
                         elif item.is_file(follow_symlinks=False):
                             info = item.stat(follow_symlinks=False)
                             found.append(Entry(item.path, info.st_size, info.st_mtime))
                     except FileNotFoundError:
                         continue
-        except (FileNotFoundError, NotADirectoryError):
+        except FileNotFoundError:
+            if directory == root:
+                raise ListingError(f"{root} vanished") from None
             continue
+        except OSError as err:
+            raise ListingError(f"cannot list {directory}: {err}") from err
     return found
+
+
+def under(root: str, path: str, directories: set[str]) -> bool:
+    """Whether `path` lies in one of `directories` (relative to root)."""
+    relative = os.path.relpath(path, root)
+    return any(relative == d or relative.startswith(d + "/") for d in directories)
+
+
+def probe_lost(entries: list[Entry]) -> set[str]:
+    """Paths of files whose first or last byte cannot be read because their data is gone (EIO). A file that vanished
+    meanwhile is skipped; any other error means the mount, not the file, is broken: ListingError."""
+    lost: set[str] = set()
+    for entry in entries:
+        try:
+            fd = os.open(entry.path, os.O_RDONLY)
+            try:
+                os.pread(fd, 1, 0)
+                if entry.size > 1:
+                    os.pread(fd, 1, entry.size - 1)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            if err.errno in LOST_ERRNOS:
+                lost.add(entry.path)
+                continue
+            raise ListingError(f"cannot read {entry.path}: {err}") from err
+    return lost
 
 
 def plan(
@@ -83,15 +149,24 @@ def plan(
     max_age_s: float,
     tmp_max_age_s: float,
     target_fraction: float,
+    root: str = "/",
+    in_use: set[str] | None = None,
+    unused_grace_s: float = 3600.0,
+    lost: set[str] | None = None,
 ) -> Plan:
-    """Choose deletions; pure, so tests can check it on any file set."""
+    """Choose deletions; pure, so tests can check it on any file set. `in_use` None: no unused-directory cleanup."""
     result = Plan()
     survivors: list[Entry] = []
+    lost = lost or set()
     for entry in entries:
         age = now - entry.mtime
         if entry.is_tmp:
-            # A young temporary file is a write in progress: it counts toward usage but is never a budget victim.
+            # A young temporary file is a write in progress: it counts toward usage but is never a victim.
             (result.stale_tmp if age > tmp_max_age_s else result.kept).append(entry)
+        elif in_use is not None and age > unused_grace_s and not under(root, entry.path, in_use):
+            result.unused.append(entry)
+        elif entry.path in lost:
+            result.lost.append(entry)
         elif age > max_age_s:
             result.expired.append(entry)
         else:
@@ -120,73 +195,303 @@ def usage_by_top_dir(root: str, entries: list[Entry]) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def delete(entries: list[Entry]) -> tuple[int, list[str]]:
+def delete(entries: list[Entry]) -> tuple[list[Entry], list[str]]:
     """Unlink each file; a file already gone counts as deleted. Returns (deleted, errors)."""
-    done = 0
+    done: list[Entry] = []
     errors: list[str] = []
     for entry in entries:
         try:
             Path(entry.path).unlink()
-            done += 1
+            done.append(entry)
         except FileNotFoundError:
-            done += 1
+            done.append(entry)
         except OSError as err:
             errors.append(f"{entry.path}: {err}")
     return done, errors
 
 
+def prune_unused_dirs(root: str, in_use: set[str], listed: dict[str, float], now: float, grace_s: float) -> list[str]:
+    """Remove empty directories that neither are nor contain an in-use directory and whose mtime, as listed before
+    this pass, is older than the grace period (an endpoint that starts creates its directory first; a directory made
+    after the listing is not touched). Deepest first; returns what went, relative to root."""
+    keep: set[str] = set()
+    for directory in in_use:
+        parts = directory.split("/")
+        keep.update("/".join(parts[: i + 1]) for i in range(len(parts)))
+    removed: list[str] = []
+    for path in sorted(listed, key=lambda p: p.count("/"), reverse=True):
+        relative = os.path.relpath(path, root)
+        if relative in keep or under(root, path, in_use) or now - listed[path] <= grace_s:
+            continue
+        try:
+            Path(path).rmdir()
+            removed.append(relative)
+        except OSError:
+            continue  # not empty (a young file stayed, or one arrived), or already gone
+    return removed
+
+
+# ---- Curvine master: lost workers ----------------------------------------------------------------------------------
+
+
+def lost_workers(master_urls: list[str], timeout: float = 5.0) -> set[int] | None:
+    """Worker ids the master reports lost (`GET /api/workers`, curvine-master router_handler.rs), from the master
+    that knows the most live workers (the Raft leader; followers get no heartbeats). None when no master answers."""
+    best: tuple[int, set[int]] | None = None
+    for url in master_urls:
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/api/workers", timeout=timeout) as response:
+                body = json.loads(response.read().decode("utf-8"))
+            live = [w["address"]["worker_id"] for w in body.get("live_workers", [])]
+            lost = {int(w["address"]["worker_id"]) for w in body.get("lost_workers", [])}
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if best is None or len(live) > best[0]:
+            best = (len(live), lost)
+    return None if best is None else best[1]
+
+
+# ---- metrics -------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Metrics:
+    """What /metrics shows; names are a contract with the alert rules (docs/l2.md)."""
+
+    lob: str
+    budget_bytes: int
+    used_bytes: int = 0
+    last_success: float = 0.0
+    deleted_files: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    deleted_bytes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def record(self, deleted: dict[str, list[Entry]], used: int, now: float) -> None:
+        with self.lock:
+            for reason, entries in deleted.items():
+                self.deleted_files[reason] += len(entries)
+                self.deleted_bytes[reason] += sum(e.size for e in entries)
+            self.used_bytes = used
+            self.last_success = now
+
+    def text(self) -> str:
+        lob = _label(self.lob)
+        with self.lock:
+            lines = [
+                "# HELP kvtier_l2_used_bytes Bytes in the LOB's L2 directory after the janitor's last pass.",
+                "# TYPE kvtier_l2_used_bytes gauge",
+                f'kvtier_l2_used_bytes{{lob="{lob}"}} {self.used_bytes}',
+                "# HELP kvtier_l2_budget_bytes The LOB's L2 budget (l2.budget_gb).",
+                "# TYPE kvtier_l2_budget_bytes gauge",
+                f'kvtier_l2_budget_bytes{{lob="{lob}"}} {self.budget_bytes}',
+                "# HELP kvtier_janitor_deleted_files_total Files the janitor deleted, by reason.",
+                "# TYPE kvtier_janitor_deleted_files_total counter",
+                *(
+                    f'kvtier_janitor_deleted_files_total{{lob="{lob}",reason="{r}"}} {self.deleted_files[r]}'
+                    for r in REASONS
+                ),
+                "# HELP kvtier_janitor_deleted_bytes_total Bytes the janitor deleted, by reason.",
+                "# TYPE kvtier_janitor_deleted_bytes_total counter",
+                *(
+                    f'kvtier_janitor_deleted_bytes_total{{lob="{lob}",reason="{r}"}} {self.deleted_bytes[r]}'
+                    for r in REASONS
+                ),
+                "# HELP kvtier_janitor_last_success_timestamp_seconds When the last complete pass ended.",
+                "# TYPE kvtier_janitor_last_success_timestamp_seconds gauge",
+                f'kvtier_janitor_last_success_timestamp_seconds{{lob="{lob}"}} {self.last_success:.3f}',
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def serve(metrics: Metrics, host: str, port: int, stale_after_s: float, started: float) -> ThreadingHTTPServer:
+    """/metrics, and /healthz: 503 once no pass has succeeded for stale_after_s (a hung mount, a loop that died)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                self._reply(200, metrics.text(), "text/plain; version=0.0.4; charset=utf-8")
+            elif self.path == "/healthz":
+                last = metrics.last_success or started
+                fresh = time.time() - last <= stale_after_s
+                self._reply(200 if fresh else 503, "ok\n" if fresh else "no successful pass recently\n", "text/plain")
+            else:
+                self._reply(404, "not found\n", "text/plain")
+
+        def _reply(self, status: int, body: str, content_type: str) -> None:
+            data = body.encode("utf-8")
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: ARG002
+            return  # scrapes every 30 s would drown the pass summaries
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
+    return server
+
+
+# ---- one pass and the loop -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Prober:
+    """When to read every file for lost blocks: a lost worker the master newly reports, or the fallback interval."""
+
+    master_urls: list[str]
+    interval_s: float
+    forced: bool = False
+    known_lost: set[int] | None = None
+    last_probe: float = 0.0
+
+    def due(self, now: float) -> tuple[bool, str]:
+        if self.forced:
+            return True, "forced"
+        if self.master_urls:
+            lost = lost_workers(self.master_urls)
+            if lost is not None:
+                new = lost - (self.known_lost or set())
+                first = self.known_lost is None
+                self.known_lost = lost
+                if new:
+                    return True, f"{'lost' if first else 'newly lost'} workers {sorted(new)}"
+        if self.last_probe == 0.0:
+            self.last_probe = now  # the fallback timer starts with the process
+        if now - self.last_probe >= self.interval_s:
+            return True, "interval"
+        return False, ""
+
+
+def one_pass(args: argparse.Namespace, root: str, metrics: Metrics, prober: Prober, now: float) -> dict[str, object]:
+    listed_dirs: dict[str, float] = {}
+    entries = scan(root, listed_dirs)
+    in_use: set[str] | None = set(args.in_use) if args.delete_unused else None
+    probe, why = prober.due(now)
+    lost: set[str] = set()
+    if probe:
+        candidates = [e for e in entries if not e.is_tmp and (in_use is None or under(root, e.path, in_use))]
+        lost = probe_lost(candidates)
+        prober.last_probe = now
+    chosen = plan(
+        entries,
+        now=now,
+        budget_bytes=metrics.budget_bytes,
+        max_age_s=args.max_age_hours * 3600,
+        tmp_max_age_s=args.tmp_max_age_minutes * 60,
+        target_fraction=args.target_fraction,
+        root=root,
+        in_use=in_use,
+        unused_grace_s=args.unused_grace_minutes * 60,
+        lost=lost,
+    )
+    errors: list[str] = []
+    done: dict[str, list[Entry]] = {r: [] for r in REASONS}
+    pruned: list[str] = []
+    if not args.dry_run:
+        for reason, victims in chosen.by_reason().items():
+            done[reason], failed = delete(victims)
+            errors.extend(failed)
+        if in_use is not None:
+            pruned = prune_unused_dirs(root, in_use, listed_dirs, now, args.unused_grace_minutes * 60)
+    kept_bytes = sum(e.size for e in chosen.kept)
+    metrics.record(done, kept_bytes, time.time())
+    return {
+        "root": root,
+        "lob": args.lob,
+        "dry_run": args.dry_run,
+        "files": len(entries),
+        "bytes_before": sum(e.size for e in entries),
+        **{f"deleted_{reason}": len(victims) for reason, victims in chosen.by_reason().items()},
+        "bytes_deleted": sum(e.size for e in chosen.deleted()),
+        "bytes_after": kept_bytes,
+        "budget_bytes": metrics.budget_bytes,
+        "bytes_by_dir": usage_by_top_dir(root, chosen.kept),
+        "probed": why if probe else None,
+        "pruned_dirs": sorted(pruned),
+        "errors": errors[:20],
+    }
+
+
+def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    """Pass after pass until `stop` is set (or once). Returns the exit code."""
+    root = os.path.realpath(args.root)
+    if root == "/" or not Path(root).is_dir():
+        print(json.dumps({"error": f"{args.root} is not a directory the janitor may clean"}), file=sys.stderr)
+        return EXIT_USAGE
+    stop = stop or threading.Event()
+    metrics = Metrics(args.lob, round(args.budget_gb * GB))
+    prober = Prober(list(args.master_url), args.probe_interval_minutes * 60, forced=args.probe)
+    started = time.time()
+    server = None
+    if args.metrics_port is not None:
+        stale = args.stale_after_seconds or 5 * args.interval_seconds + 60
+        server = serve(metrics, args.metrics_host, args.metrics_port, stale, started)
+    try:
+        while True:
+            now = time.time() if args.now is None else args.now
+            try:
+                summary = one_pass(args, root, metrics, prober, now)
+            except ListingError as err:
+                print(json.dumps({"error": f"nothing deleted: {err}", "lob": args.lob}), file=sys.stderr, flush=True)
+                return EXIT_CANNOT_LIST
+            print(json.dumps(summary, sort_keys=True), flush=True)
+            if args.once:
+                return EXIT_DELETE_ERRORS if summary["errors"] else EXIT_OK
+            if stop.wait(args.interval_seconds):
+                return EXIT_OK
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()
+
+
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("root", help="the mounted L2 directory of one line of business")
+    parser.add_argument("--lob", default="", help="the line of business (the metrics' lob label)")
     parser.add_argument("--budget-gb", type=float, required=True)
     parser.add_argument("--max-age-hours", type=float, required=True)
     parser.add_argument("--tmp-max-age-minutes", type=float, default=60.0)
     parser.add_argument("--target-fraction", type=float, default=0.9)
+    parser.add_argument(
+        "--in-use", action="append", default=[], help="<endpoint>/<identity> directory an endpoint uses"
+    )
+    parser.add_argument("--delete-unused", action="store_true", help="delete files outside every --in-use directory")
+    parser.add_argument("--unused-grace-minutes", type=float, default=60.0)
+    parser.add_argument("--master-url", action="append", default=[], help="Curvine master web URL (repeatable)")
+    parser.add_argument("--probe-interval-minutes", type=float, default=60.0)
+    parser.add_argument("--probe", action="store_true", help="read-probe every file for lost blocks in each pass")
+    parser.add_argument("--interval-seconds", type=float, default=30.0)
+    parser.add_argument("--once", action="store_true", help="one pass, then exit")
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve /metrics and /healthz on this port")
+    parser.add_argument("--metrics-host", default="0.0.0.0")
+    parser.add_argument("--stale-after-seconds", type=float, default=None, help="default: 5 intervals + 60 s")
     parser.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
     parser.add_argument("--now", type=float, default=None, help="epoch seconds (tests); default: the clock")
     args = parser.parse_args(argv)
-    if args.budget_gb <= 0 or args.max_age_hours <= 0 or args.tmp_max_age_minutes <= 0:
-        parser.error("--budget-gb, --max-age-hours and --tmp-max-age-minutes must be positive")
+    positive = ("budget_gb", "max_age_hours", "tmp_max_age_minutes", "interval_seconds", "probe_interval_minutes")
+    if any(getattr(args, name) <= 0 for name in positive) or args.unused_grace_minutes < 0:
+        parser.error(
+            "--budget-gb, --max-age-hours, --tmp-max-age-minutes, --interval-seconds and --probe-interval-minutes "
+            "must be positive, --unused-grace-minutes not negative"
+        )
     if not 0 < args.target_fraction <= 1:
         parser.error("--target-fraction must be in (0, 1]")
+    for directory in args.in_use:
+        parts = directory.split("/")
+        if directory.startswith("/") or any(p in ("", ".", "..") for p in parts):
+            parser.error(f"--in-use {directory!r} must be a relative path like <endpoint>/<identity>")
     return args
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    root = os.path.realpath(args.root)
-    if root == "/" or not Path(root).is_dir():
-        print(json.dumps({"error": f"{args.root} is not a directory the janitor may clean"}), file=sys.stderr)
-        return 2
-    now = time.time() if args.now is None else args.now
-    entries = scan(root)
-    chosen = plan(
-        entries,
-        now=now,
-        budget_bytes=round(args.budget_gb * GB),
-        max_age_s=args.max_age_hours * 3600,
-        tmp_max_age_s=args.tmp_max_age_minutes * 60,
-        target_fraction=args.target_fraction,
-    )
-    errors: list[str] = []
-    if not args.dry_run:
-        _, errors = delete(chosen.deleted())
-    summary = {
-        "root": root,
-        "dry_run": args.dry_run,
-        "files": len(entries),
-        "bytes_before": sum(e.size for e in entries),
-        "deleted_stale_tmp": len(chosen.stale_tmp),
-        "deleted_expired": len(chosen.expired),
-        "deleted_over_budget": len(chosen.over_budget),
-        "bytes_deleted": sum(e.size for e in chosen.deleted()),
-        "bytes_after": sum(e.size for e in chosen.kept),
-        "budget_bytes": round(args.budget_gb * GB),
-        "bytes_by_dir": usage_by_top_dir(root, chosen.kept),
-        "errors": errors[:20],
-    }
-    print(json.dumps(summary, sort_keys=True))
-    return 1 if errors else 0
+    return run(parse_args(argv))
 
 
 if __name__ == "__main__":
