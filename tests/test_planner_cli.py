@@ -61,16 +61,19 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         assert e["l0"]["tokens_per_replica"] == int(kv_gib * GIB // (16 * kv)) * 16
         assert e["l2"]["backend"] == "curvine" and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // kv)
         assert e["load"]["l1_chunk_s"] == pytest.approx(chunk * kv / 25e9)
-        assert e["load"]["l2_chunk_s"] == pytest.approx(chunk * kv / 1.84e9, rel=0.01)
+        # An L2 hit: 0.12 s fixed + the bytes at the blog's 1.98 GB/s (110.4e6 B in 55.75 ms).
+        read = 1925 * 57_344 / 0.05575
+        assert e["load"]["l2_hit_fixed_s"] == 0.12
+        assert e["load"]["l2_chunk_s"] == pytest.approx(0.12 + chunk * kv / read, rel=0.01)
         assert e["load"]["l2_chunk_s_single_flow"] == pytest.approx(chunk * kv / (5e9 / 8))
         assert e["recompute"]["tokens"] == 1925
         flops_linear = 2 * model.params_billion * 1e9
         flops_squared = 2 * model.layers * model.attention_heads * model.head_dim
         peak = 362.05e12 * 0.5
         assert e["recompute"]["seconds"] == pytest.approx((flops_linear * 1925 + flops_squared * 1925**2) / peak)
-        # Break-even by hand: the first whole chunk N with N x kv / 1.84 GB/s < recompute(N).
+        # Break-even by hand: the first whole chunk N with 0.12 s + N x kv / 1.98 GB/s < recompute(N).
         n = chunk
-        while n * kv / 1.84e9 >= (flops_linear * n + flops_squared * n * n) / peak:
+        while 0.12 + n * kv / read >= (flops_linear * n + flops_squared * n * n) / peak:
             n += chunk
         assert e["break_even_tokens"] == n
 

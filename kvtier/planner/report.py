@@ -20,16 +20,18 @@ if TYPE_CHECKING:
 RULES = {
     "l0": "per replica: GPU memory x gpu_memory_utilization - weights / tensor_parallel - gpu_reserve_gib, "
     "divided by the GPU's share of a token's KV, rounded down to whole vLLM blocks",
-    "l1": "per replica: cache.l1_gb GiB (LMCache's unit) / KV bytes per token",
-    "l2": "curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
+    "l1": "per replica: cache.l1_gb GiB (LMCache's unit; every L1 size is GiB) / KV bytes per token",
+    "l2": "every L2 size is decimal GB; curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
     "memory_percent of the GPU nodes' RAM split equally among the environment's tieredstorage endpoints",
     "l1_load": "chunk KV / tensor_parallel / the GPU's host-to-GPU bandwidth (each rank copies its shard)",
-    "l2_load": "chunk KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
-    "l2_fuse_cap_gbps) (a cross-node read: the chunk is on another node's Curvine worker); single-flow bound: "
-    "chunk KV / (single_flow_gbps / 8)",
+    "l2_load": "l2_hit_fixed_s + KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
+    "l2_fuse_cap_gbps): every L2 byte crosses the network (Curvine places chunks round-robin, never by locality "
+    "with kvtier's manifests) and the node's concurrent L2 loads share its NIC; single-flow bound: chunk KV / "
+    "(single_flow_gbps / 8)",
     "recompute": "FLOPs(N) = 2 x params x N + 2 x layers x attention_heads x head_dim x N^2 (" + REF_FLOPS + "), "
     "at tensor_parallel x dense BF16 TFLOPS x prefill_mfu",
-    "break_even": "the shortest prefix (whole chunks) whose L2 load time is below its recompute time",
+    "break_even": "the shortest prefix (whole chunks) whose L2 hit (fixed part + bytes, one reader) is faster "
+    "than recomputing it; validate and simulate use the same model",
     "lob_share": SHARE_RULE,
     "p5": P5_RULE,
     "month": "price per hour x hours_per_month",
@@ -102,7 +104,8 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
             "h2d_gbps": instance.gpu_spec.host_to_gpu_gbps,
             "l1_chunk_s": tiers.l1_load_seconds(chunk),
             "l2_read_gbps": speed.l2_read_gbps if has_l2 else None,
-            "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,
+            "l2_hit_fixed_s": tiers.l2_hit_fixed_s if has_l2 else None,
+            "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,  # fixed part + the chunk's bytes
             "l2_chunk_s_single_flow": speed.l2_single_flow_s_per_token * chunk if has_l2 else None,
         },
         "recompute": {
