@@ -118,16 +118,42 @@ def test_plan_json_warnings_are_the_validators(env: str, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_plan_table(env: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR)]) == 0
+@pytest.mark.parametrize("wide", [False, True])
+def test_plan_table(env: str, wide: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR), *(["--wide"] if wide else [])]) == 0
     out = capsys.readouterr().out
     for lob, endpoint, model_id in _endpoints(env):
         assert f"{lob}/{endpoint}" in out
         assert model_id in out
         assert f"{MODELS[model_id].kv_bytes_per_token:,} B" in out
-    for title in ("Endpoints", "Lines of business", f"Environment {env}", "GPU capacity on P5", "break_even"):
+    for title in ("Endpoint", "Lines of business", f"Environment {env}", "GPU capacity on P5", "by the GPU-hour"):
         assert title in out
-    assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out  # retail's two GPUs
+    assert f"${2 * _price('ml.g6e.4xlarge') * 730:,.2f}" in out  # retail's two GPUs, a month
+    assert "caveat: " in out and "ml.p5.48xlarge price_per_hour" in out
+    if wide:
+        assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out and "break_even" in out  # hourly dollars, the rules
+    else:
+        widest = max(len(line) for line in out.splitlines())
+        assert widest <= 80, f"a line of {widest} columns"
+        assert "…" not in out  # nothing cut: long cells fold
+
+
+def test_plan_compares_p5_by_the_gpu_hour(capsys: pytest.CaptureFixture[str]) -> None:
+    """Whole P5 instances overstate a small environment's P5 bill: also show H100-equivalents x the P5 price per GPU,
+    and each LOB's own price per H100-equivalent hour next to P5's."""
+    plan = _plan("dev", capsys)
+    p5 = plan["environment"]["p5"]
+    per_gpu = _price("ml.p5.48xlarge") / 8
+    assert p5["price_per_gpu_hour"] == pytest.approx(per_gpu)
+    assert p5["price_by_gpu_hour"]["per_hour"] == pytest.approx(p5["h100_gpus"] * per_gpu, abs=1e-4)
+    assert p5["price_by_gpu_hour"]["per_hour"] < p5["price"]["per_hour"]  # 0.73 H100s vs a whole 8-GPU instance
+    (retail,) = plan["lobs"]
+    h100 = 2 * 362.05 / 989.4
+    assert retail["p5"]["h100_gpus"] == pytest.approx(h100)
+    assert retail["p5"]["price_per_h100_equivalent_hour"] == pytest.approx(
+        2 * _price("ml.g6e.4xlarge") / h100, abs=1e-3
+    )
+    assert any("ml.p5.48xlarge price_per_hour" in line for line in plan["caveats"])
 
 
 def test_plan_rejects_a_bad_token_count(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,7 +179,8 @@ def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixtu
     assert total["known_part_per_hour"] == pytest.approx(known)
     assert total["known_part_per_month"] == pytest.approx(known * 730)
     assert cli(["plan", "--config-dir", str(config_copy)]) == 0
-    assert f">= ${known * 730:,.2f} (unknown: ml.m5.8xlarge)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f">= ${known * 730:,.2f}+" in out and "+: a lower bound; no price for ml.m5.8xlarge." in out
 
 
 def test_plan_of_an_endpoint_without_l2(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -33,7 +33,7 @@ RULES = {
     "break_even": "the shortest prefix (whole chunks) whose L2 hit (fixed part + bytes, one reader) is faster "
     "than recomputing it; validate and simulate use the same model",
     "lob_share": SHARE_RULE,
-    "p5": P5_RULE,
+    "p5": P5_RULE + "; by the GPU-hour: H100-equivalent GPUs x the P5 price per GPU (no whole instances)",
     "month": "price per hour x hours_per_month",
 }
 
@@ -121,6 +121,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
 
 
 def _lob(cost: LobCost) -> dict[str, Any]:
+    per_h100 = cost.price.per_hour / cost.h100_gpus if cost.price.known and cost.h100_gpus > 0 else None
     return {
         "name": cost.name,
         "gpus": cost.gpus,
@@ -128,12 +129,21 @@ def _lob(cost: LobCost) -> dict[str, Any]:
         "gpu_quota": cost.gpu_quota,
         "nodes": cost.nodes,
         "price": _price(cost.price),
-        "p5": {"h100_gpus": cost.h100_gpus, "price": _price(cost.p5_price)},
+        "p5": {
+            "h100_gpus": cost.h100_gpus,
+            "price": _price(cost.p5_price),
+            # What this LOB pays per hour of H100-equivalent throughput on its own GPUs (compare with P5's per GPU).
+            "price_per_h100_equivalent_hour": round(per_h100, 4) if per_h100 is not None else None,
+        },
     }
 
 
 def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
     env = config.env
+    p5 = env.instance(P5_TYPE)
+    by_gpu_hour = (
+        Price(cost.h100_gpus * p5.price_per_hour / p5.gpus) if p5.price_per_hour is not None else Price(0.0, (P5_TYPE,))
+    )
     return {
         "name": env.name,
         "region": env.region,
@@ -160,13 +170,49 @@ def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
         "total_price": _price(cost.total),
         "p5": {
             "instance_type": P5_TYPE,
-            "price_per_node_hour": env.instance(P5_TYPE).price_per_hour,
+            "price_per_node_hour": p5.price_per_hour,
+            "price_per_gpu_hour": p5.price_per_hour / p5.gpus if p5.price_per_hour is not None else None,
             "h100_gpus": cost.h100_gpus,
             "instances": cost.p5_instances,
             "price": _price(cost.p5_price),
+            "price_by_gpu_hour": _price(by_gpu_hour),
             "total_price": _price(cost.total_on_p5),
         },
     }
+
+
+def caveats(config: Config) -> list[str]:
+    """One line per family of shown numbers that rests on a catalog fact no primary source confirms, naming it."""
+    env = config.env
+    priced = sorted({g.instance_type for g in (*env.groups("system"), *env.groups("gpu"))} | {P5_TYPE})
+    endpoint_types = sorted({e.instance_type for lob in config.lobs for e in lob.endpoints})
+    gpu_types = sorted({*{g.instance_type for g in env.groups("gpu")}, P5_TYPE})
+    lines = []
+    prices = [t for t in priced if "price_per_hour" in env.instance(t).unverified]
+    if prices:
+        lines.append("the dollar figures rest on unverified prices (price_per_hour) of " + ", ".join(prices))
+    tflops = sorted(
+        {
+            f"{env.instance(t).gpu_spec.name} bf16_dense_tflops"
+            for t in gpu_types
+            if "bf16_dense_tflops" in env.instance(t).gpu_spec.unverified
+        }
+    )
+    h100 = env.instance(P5_TYPE)
+    p5_facts = [f"{P5_TYPE} price_per_hour"] if "price_per_hour" in h100.unverified else []
+    lines.append(
+        "the P5 comparison assumes equal dense BF16 throughput is equal serving capacity (prefill-bound work)"
+        + (" and rests on " + ", ".join(p5_facts + tflops) if p5_facts or tflops else "")
+    )
+    speed_facts = sorted(
+        f"{t} {fact}"
+        for t in endpoint_types
+        for fact in ("prefill_mfu", "l2_read_gbps", "l2_hit_fixed_s")
+        if fact in env.instance(t).unverified
+    )
+    if speed_facts:
+        lines.append("load and recompute times and the L2 break-even rest on estimates: " + ", ".join(speed_facts))
+    return lines
 
 
 def build_plan(config: Config, prompt_tokens: int = 4096) -> dict[str, Any]:
@@ -174,9 +220,11 @@ def build_plan(config: Config, prompt_tokens: int = 4096) -> dict[str, Any]:
     endpoints = [_endpoint(config, lob, e, prompt_tokens) for lob in config.lobs for e in lob.endpoints]
     cost = env_cost(config.env, config.lobs)
     return {
+        "units": {"l1": "GiB", "l2": "GB", "rates": "GB/s", "times": "s", "prices": "USD"},
         "environment": _environment(config, cost),
         "endpoints": endpoints,
         "lobs": [_lob(c) for c in cost.lobs],
+        "caveats": caveats(config),
         "rules": RULES,
         "assumptions": {name: asdict(fact) for name, fact in PLANNING_FACTS.items()},
         "warnings": [str(w) for w in config.warnings],
