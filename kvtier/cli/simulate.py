@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 PROGRESS_MIN_REQUESTS = 10_000  # show a progress bar when this many requests are replayed in all
 DEFAULT_OUT = Path("out") / "simulate"
-WIDE = 160  # table width when stdout is not a terminal (rich would assume 80)
+NARROW = 80  # the report fits 80 columns (a terminal narrower than that keeps its own width)
 # The simulator keeps every replica's L0 and L1 in memory; far beyond any endpoint (the example config runs 2), and
 # a typo's 10**9 would exhaust memory instead of answering.
 MAX_REPLICAS = 1024
@@ -171,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         from kvtier.simulate.plots import write_plots
 
         plots = [str(p) for p in write_plots(results, out, title)]
-    first = runs[0][0]
+    # The header's model: the first with an L2 (a sweep may start at 0 GB), so its break-even is the endpoint's.
+    first = next((model for model, *_ in runs if model.has_l2), runs[0][0])
     if args.json:
         context = {
             "env": config.env.name,
@@ -185,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         }
         print_json(json_report(context, first, results, plots))
     else:
-        out_console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+        out_console = Console(width=min(Console().width, NARROW)) if sys.stdout.isatty() else Console(width=NARROW)
         print_report(out_console, title, first, results, endpoint.routing)
         for plot in plots:
             out_console.print(f"wrote {plot}")

@@ -17,7 +17,10 @@ from kvtier.simulate.result import SimResult
 # Sweep dimensions: result.extra key, column header, how a size is written.
 SWEEPS = {"l1_gib": ("L1 GiB", "GiB"), "l2_gb": ("L2 GB", "GB")}
 SIZING_POINTS = 0.01  # "within 1 point of the best hit rate"
-CROWDED_SHARE = 0.5  # warn when one replica serves more than this share of the requests
+# Warn when one replica serves more than half of the requests, and at least 20% more than an even share (so two
+# replicas splitting 51/49 do not warn).
+CROWDED_SHARE = 0.5
+CROWDED_OVER_EVEN = 1.2
 FIXES = {
     "prefixaware": "a prompt whose first block any replica saw follows it, with no minimum match (as upstream); "
     "set --prefix-min-match TOKENS (production-stack's prefixMinMatchLength) so short matches go to the "
@@ -118,10 +121,11 @@ def tables(results: Sequence[SimResult], configured: str | None = None) -> tuple
 
 
 def crowding_warnings(results: Sequence[SimResult]) -> list[str]:
-    """One warning per strategy whose busiest replica served more than half of the requests."""
+    """One warning per strategy whose busiest replica served more than half of the requests (well above even)."""
     worst: dict[str, SimResult] = {}
     for result in results:
-        crowded = result.replicas > 1 and result.busiest_share > CROWDED_SHARE
+        share = result.busiest_share
+        crowded = result.replicas > 1 and share > CROWDED_SHARE and share >= CROWDED_OVER_EVEN / result.replicas
         if crowded and (result.routing not in worst or result.busiest_share > worst[result.routing].busiest_share):
             worst[result.routing] = result
     return [
