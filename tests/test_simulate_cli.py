@@ -146,7 +146,7 @@ def test_every_request_too_long_is_a_problem(
         (["--qps-scale", "inf"], "--qps-scale inf is out of range"),
         (["--l1-gib", "inf"], "--l1-gib inf is out of range; give finite sizes"),
         (["--l1-gib", "4", "nan"], "--l1-gib 4.0 nan is out of range"),
-        (["--l1-gb", "20"], "--l1-gb was renamed --l1-gib: L1 is sized in GiB"),
+        (["--l1-gb", "20", "--l1-gib", "20"], "give --l1-gib only"),
         (["--l1-gib", "1", "2", "--l2-gb", "1", "2"], "sweep one of them at a time"),
         (["--l2-gb", "10", "nan"], "--l2-gb 10.0 nan is out of range; give finite sizes"),
         (["--l2-gb", "inf"], "--l2-gb inf is out of range"),

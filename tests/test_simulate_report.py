@@ -153,8 +153,11 @@ def test_one_unit_per_size_in_flags_headers_and_json(tmp_path: Path, capsys: pyt
     assert "L1 GiB" in table and "L1 sizing (roundrobin)" in table
     assert main([*base, "--l2-gb", "1", "2"]) == 0
     assert "L2 GB" in capsys.readouterr().out
-    assert main([*base, "--l1-gb", "1"]) == 2
-    assert "--l1-gb was renamed --l1-gib" in capsys.readouterr().err
+    # The old flag name still works, means the same GiB, and says so.
+    assert main([*base, "--l1-gb", "1", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "--l1-gb is deprecated: its value is GiB" in captured.err
+    assert json.loads(captured.out)["results"][0]["l1_tokens"] == int(GIB // kv)
 
 
 def test_the_report_fits_80_columns() -> None:

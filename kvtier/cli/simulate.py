@@ -67,7 +67,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--l1-gb", type=float, nargs="+", help=argparse.SUPPRESS
-    )  # renamed: the value was always GiB; refused with a pointer to --l1-gib
+    )  # the old name of --l1-gib (the value was always GiB): accepted with a deprecation note
     parser.add_argument(
         "--l2-gb",
         type=float,
@@ -223,10 +223,14 @@ def run_folder(base: Path) -> Path:
 
 def _check_flags(args: argparse.Namespace) -> None:
     if args.l1_gb is not None:
-        raise UsageError(
-            "--l1-gb was renamed --l1-gib: L1 is sized in GiB (LMCache's unit, like cache.l1_gb); "
-            f"use --l1-gib {' '.join(f'{v:g}' for v in args.l1_gb)}"
+        # The old name said GB for a GiB value; still accepted (the same GiB), with a pointer to the new one.
+        print(
+            "kvtier simulate: --l1-gb is deprecated: its value is GiB (LMCache's unit, like cache.l1_gb); use --l1-gib",
+            file=sys.stderr,
         )
+        if args.l1_gib is not None:
+            raise UsageError("give --l1-gib only (--l1-gb is its deprecated name)")
+        args.l1_gib = args.l1_gb
     replicas, l1, l2 = args.replicas, args.l1_gib or [], args.l2_gb or []
     if len(l1) > 1 and len(l2) > 1:
         raise UsageError("--l1-gib and --l2-gb both sweep several sizes; sweep one of them at a time")
