@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 from rich.console import Console
-from support import CONFIG_DIR
 
 from kvtier.catalog import GB, GIB
 from kvtier.cli import main
@@ -20,6 +19,7 @@ from kvtier.simulate import SimConfig, Trace, TraceRequest, simulate
 from kvtier.simulate import plots as plots_module
 from kvtier.simulate.report import crowding_warnings, notes, print_report, sizing
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens
+from tests.support import CONFIG_DIR
 
 BIG = 10**12
 MODEL = TierModel(
