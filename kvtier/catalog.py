@@ -41,17 +41,29 @@ PREFILL_MFU = Fact(
     "assumption (no measurement on L40S found): prefill is compute bound and large-GEMM inference commonly reaches "
     "40-60% of peak; override per instance type with catalog_overrides.<type>.prefill_mfu after measuring",
 )
+# The blog's LMCache logs print sizes and rates in GiB (0.1028 "GB" for 1,925 tokens x 57,344 B = 110.4e6 B), so
+# its "1.84 GB/s" read is 1.98 GB/s and its "9.60 GB/s" write 10.3 GB/s. Every rate here is decimal GB/s.
 L2_NETWORK_EFFICIENCY = Fact(
-    0.736,
+    0.794,
     "fraction of the instance's network line rate",
-    "AWS/Curvine blog: a cross-node L2 read ran at about 1.84 GB/s on ml.g6e.4xlarge, whose line rate is 20 Gbps "
-    "= 2.5 GB/s (reference curvine-lmcache.md 1.13, 4.1); applying the same fraction to other sizes is an assumption",
+    "AWS/Curvine blog: a cross-node L2 read of 110.4e6 B took 55.75 ms = 1.98 GB/s (LMCache logged 1.84 GiB/s) on "
+    "ml.g6e.4xlarge, whose line rate is 20 Gbps = 2.5 GB/s (reference curvine-lmcache.md 1.13, 4.1); applying the "
+    "same fraction to other sizes is an assumption",
 )
 L2_FUSE_CAP_GBPS = Fact(
-    9.6,
+    10.3,
     "GB/s",
-    "AWS/Curvine blog: same-node L2 write through Curvine FUSE at about 9.6 GB/s (reference curvine-lmcache.md 1.13); "
-    "used as the ceiling of the FUSE path on instances with faster networks (assumption)",
+    "AWS/Curvine blog: same-node L2 write through Curvine FUSE of 110.4e6 B in 10.71 ms = 10.3 GB/s (LMCache logged "
+    "9.60 GiB/s); used as the ceiling of the FUSE path on instances with faster networks (assumption)",
+)
+L2_HIT_FIXED_S = Fact(
+    0.12,
+    "seconds per L2 hit",
+    "calibrated from the AWS/Curvine blog's prompt sweep on ml.g5.4xlarge (Qwen2-7B, Pod A writes, Pod B reads): "
+    "0.99x at 500 tokens and 774 ms cold vs 287 ms from L2 at 2,500 tokens leave 0.12 s per hit that the bytes do "
+    "not explain (LMCache lookup of each chunk over FUSE, retrieve synchronisation, one more scheduler step); "
+    "docs/planning.md derives it. Assumed the same on other instance types (a software path); measure it as the "
+    "TTFT of an L2 hit minus the bytes' transfer time and set catalog_overrides.<type>.l2_hit_fixed_s",
 )
 SINGLE_FLOW_GBPS = Fact(
     5.0,
@@ -131,6 +143,7 @@ PLANNING_FACTS: Mapping[str, Fact] = {
     "prefill_mfu": PREFILL_MFU,
     "l2_network_efficiency": L2_NETWORK_EFFICIENCY,
     "l2_fuse_cap_gbps": L2_FUSE_CAP_GBPS,
+    "l2_hit_fixed_s": L2_HIT_FIXED_S,
     "single_flow_gbps": SINGLE_FLOW_GBPS,
     "hours_per_month": HOURS_PER_MONTH,
     "vllm_host_base_gib": VLLM_HOST_BASE_GIB,
@@ -242,6 +255,20 @@ GPUS: Mapping[str, Gpu] = {
         },
         unverified=frozenset({"host_to_gpu_gbps"}),
     ),
+    "A10G": Gpu(
+        name="A10G",
+        memory_gib=22.0,
+        bf16_dense_tflops=70.0,
+        host_to_gpu_gbps=25.0,
+        sources={
+            "memory_gib": "24 GB GDDR6 (baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference); nvidia-smi shows "
+            "about 23,028 MiB, of which CUDA sees about 22 GiB: UNVERIFIED",
+            "bf16_dense_tflops": "[3P] baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference (A10G: 70 TFLOPS "
+            "FP16/BF16 tensor, dense; the A10 has 125); NVIDIA publishes no A10G datasheet: UNVERIFIED",
+            "host_to_gpu_gbps": "PCIe Gen4 x16, about 25 GB/s practical: UNVERIFIED",
+        },
+        unverified=frozenset({"memory_gib", "bf16_dense_tflops", "host_to_gpu_gbps"}),
+    ),
     "H100": Gpu(
         name="H100",
         memory_gib=79.1,
@@ -276,7 +303,8 @@ class InstanceType:
     price_as_of: str | None = None  # when price_per_hour was collected
     # GPU types only: planning figures an environment may override once measured (catalog_overrides).
     prefill_mfu: float | None = None  # fraction of dense BF16 peak a prefill reaches
-    l2_read_gbps: float | None = None  # GB/s one node reads from the shared L2 on other nodes
+    l2_read_gbps: float | None = None  # GB/s one node reads from the shared L2 on other nodes (its NIC's share)
+    l2_hit_fixed_s: float | None = None  # seconds an L2 hit costs beyond moving its bytes
 
     @property
     def is_gpu(self) -> bool:
@@ -297,11 +325,14 @@ def l2_read_gbps_model(network_gbps: float) -> float:
 _GPU_PLANNING_SOURCES = {
     "prefill_mfu": PREFILL_MFU.source,
     "l2_read_gbps": "min(l2_network_efficiency x network_gbps / 8, l2_fuse_cap_gbps): " + L2_NETWORK_EFFICIENCY.source,
+    "l2_hit_fixed_s": L2_HIT_FIXED_S.source,
 }
+# What a GPU instance type's planning figures rest on; every one is an estimate an environment may override.
+_GPU_PLANNING_UNVERIFIED = {"prefill_mfu", "l2_read_gbps", "l2_hit_fixed_s"}
 
 
 def _g6e(size: str, gpus: int, vcpus: int, memory: int, nvme: int, gbps: float, price: float | None) -> InstanceType:
-    unverified = {"nvme_gb", "price_per_hour", "prefill_mfu", "l2_read_gbps"}
+    unverified = {"nvme_gb", "price_per_hour", *_GPU_PLANNING_UNVERIFIED}
     return InstanceType(
         name=f"ml.g6e.{size}",
         gpus=gpus,
@@ -328,6 +359,76 @@ def _g6e(size: str, gpus: int, vcpus: int, memory: int, nvme: int, gbps: float, 
         price_as_of=COLLECTED if price is not None else None,
         prefill_mfu=PREFILL_MFU.value,
         l2_read_gbps=l2_read_gbps_model(gbps),
+        l2_hit_fixed_s=L2_HIT_FIXED_S.value,
+    )
+
+
+# G5 (A10G): the blog's prompt sweep ran on two ml.g5.4xlarge nodes. Memory and vCPUs: the AWS G5 product page (as
+# quoted by public repositories in the code index); network: Karpenter's baseline (g5.4xlarge "up to 25 Gbps");
+# prices: SageMaker on-demand quoted from the AWS Pricing API by public repositories on the same basis as REF_PRICE_CPU.
+REF_G5_NET = "aws/karpenter-provider-aws@01a436f0:pkg/providers/instancetype/zz_generated.bandwidth.go (baseline)"
+REF_G5_HW = "[3P] AWS G5 product page specifications (16 vCPU / 64 GiB; 48 vCPU / 192 GiB), quoted in the code index"
+REF_G5_PRICE = (
+    "[3P] SageMaker on-demand price, us-east-1, quoted from the AWS Pricing API by public repositories (code index, "
+    "collected 2026-11; ml.g5.4xlarge 2.03, ml.g5.12xlarge 7.09); HyperPod prices may differ"
+)
+_G5_REGIONS = frozenset(
+    {
+        "ap-northeast-1",
+        "ap-northeast-2",
+        "ap-south-1",
+        "ap-southeast-1",
+        "ap-southeast-2",
+        "ap-southeast-3",
+        "ca-central-1",
+        "eu-central-1",
+        "eu-north-1",
+        "eu-west-1",
+        "eu-west-2",
+        "sa-east-1",
+        "us-east-1",
+        "us-east-2",
+        "us-west-2",
+    }
+)
+# Prefill on A10G, fitted to the blog's cold TTFTs (docs/planning.md): 0.75 of the 70 TFLOPS peak.
+G5_PREFILL_MFU = Fact(
+    0.75,
+    "fraction of dense BF16 peak",
+    "calibrated: with the A10G's 70 TFLOPS (UNVERIFIED) and l2_hit_fixed_s, this reproduces the AWS/Curvine blog's "
+    "ml.g5.4xlarge sweep (774 ms cold at 2,500 tokens, 0.99x at 500); docs/planning.md derives it",
+)
+
+
+def _g5(size: str, gpus: int, vcpus: int, memory: int, nvme: int, gbps: float, price: float) -> InstanceType:
+    return InstanceType(
+        name=f"ml.g5.{size}",
+        gpus=gpus,
+        gpu="A10G",
+        vcpus=vcpus,
+        memory_gib=memory,
+        nvme_gb=nvme,
+        network_gbps=gbps,
+        efa=False,
+        price_per_hour=price,
+        regions=_G5_REGIONS,
+        sources={
+            "gpus": REF_G5_HW,
+            "vcpus": REF_G5_HW,
+            "memory_gib": REF_G5_HW,
+            "network_gbps": REF_G5_NET,
+            "nvme_gb": "AWS G5 product page from memory (1 x 600 GB; 1 x 3,800 GB): UNVERIFIED",
+            "efa": "False: kvtier does not use EFA on G5 (not needed for the TCP L2 path)",
+            "price_per_hour": REF_G5_PRICE,
+            "regions": REF_REGIONS,
+            **_GPU_PLANNING_SOURCES,
+            "prefill_mfu": G5_PREFILL_MFU.source,
+        },
+        unverified=frozenset({"nvme_gb", "price_per_hour", *_GPU_PLANNING_UNVERIFIED}),
+        price_as_of=COLLECTED,
+        prefill_mfu=G5_PREFILL_MFU.value,
+        l2_read_gbps=l2_read_gbps_model(gbps),
+        l2_hit_fixed_s=L2_HIT_FIXED_S.value,
     )
 
 
@@ -383,6 +484,7 @@ _INSTANCES = [
         price_as_of=COLLECTED,
         prefill_mfu=PREFILL_MFU.value,
         l2_read_gbps=l2_read_gbps_model(3200.0),
+        l2_hit_fixed_s=L2_HIT_FIXED_S.value,
         sources={
             "gpus": "reference curvine-lmcache.md 4.3",
             "vcpus": "reference curvine-lmcache.md 4.3",
@@ -394,8 +496,10 @@ _INSTANCES = [
             "regions": REF_REGIONS,
             **_GPU_PLANNING_SOURCES,
         },
-        unverified=frozenset({"memory_gib", "nvme_gb", "price_per_hour", "prefill_mfu", "l2_read_gbps"}),
+        unverified=frozenset({"memory_gib", "nvme_gb", "price_per_hour", *_GPU_PLANNING_UNVERIFIED}),
     ),
+    _g5("4xlarge", 1, 16, 64, 600, 10.0, 2.03),
+    _g5("12xlarge", 4, 48, 192, 3800, 40.0, 7.09),
     *(
         _cpu("m5", size, vcpus, mem, gbps, _M5_2XL_REGIONS if size == "2xlarge" else _CPU_REGIONS, price)
         for size, vcpus, mem, gbps, price in [

@@ -423,6 +423,15 @@ WARNINGS = [
         "beats recomputing",
     ),
     WarningCase(
+        "an L2 hit's fixed cost above recomputing the longest allowed prompt (the bytes alone are fast)",
+        "dev",
+        dev_env(lambda d: d.update(catalog_overrides={"ml.g6e.4xlarge": {"l2_hit_fixed_s": 5.0}})),
+        dev_env(lambda d: d.update(catalog_overrides={"ml.g6e.4xlarge": {"l2_hit_fixed_s": 0.12}})),
+        "lobs/retail.yaml",
+        "endpoints[0].cache.l2",
+        "a hit costs 5000 ms plus its bytes",
+    ),
+    WarningCase(
         "GPU quotas above the GPUs of the environment",
         "dev",
         retail(lambda d: d.update(gpu_quota=3)),

@@ -61,16 +61,19 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         assert e["l0"]["tokens_per_replica"] == int(kv_gib * GIB // (16 * kv)) * 16
         assert e["l2"]["backend"] == "curvine" and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // kv)
         assert e["load"]["l1_chunk_s"] == pytest.approx(chunk * kv / 25e9)
-        assert e["load"]["l2_chunk_s"] == pytest.approx(chunk * kv / 1.84e9, rel=0.01)
+        # An L2 hit: 0.12 s fixed + the bytes at the blog's 1.98 GB/s (110.4e6 B in 55.75 ms).
+        read = 1925 * 57_344 / 0.05575
+        assert e["load"]["l2_hit_fixed_s"] == 0.12
+        assert e["load"]["l2_chunk_s"] == pytest.approx(0.12 + chunk * kv / read, rel=0.01)
         assert e["load"]["l2_chunk_s_single_flow"] == pytest.approx(chunk * kv / (5e9 / 8))
         assert e["recompute"]["tokens"] == 1925
         flops_linear = 2 * model.params_billion * 1e9
         flops_squared = 2 * model.layers * model.attention_heads * model.head_dim
         peak = 362.05e12 * 0.5
         assert e["recompute"]["seconds"] == pytest.approx((flops_linear * 1925 + flops_squared * 1925**2) / peak)
-        # Break-even by hand: the first whole chunk N with N x kv / 1.84 GB/s < recompute(N).
+        # Break-even by hand: the first whole chunk N with 0.12 s + N x kv / 1.98 GB/s < recompute(N).
         n = chunk
-        while n * kv / 1.84e9 >= (flops_linear * n + flops_squared * n * n) / peak:
+        while 0.12 + n * kv / read >= (flops_linear * n + flops_squared * n * n) / peak:
             n += chunk
         assert e["break_even_tokens"] == n
 
@@ -115,16 +118,42 @@ def test_plan_json_warnings_are_the_validators(env: str, capsys: pytest.CaptureF
 
 
 @pytest.mark.parametrize("env", ["dev", "prod"])
-def test_plan_table(env: str, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR)]) == 0
+@pytest.mark.parametrize("wide", [False, True])
+def test_plan_table(env: str, wide: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(["plan", "-e", env, "--config-dir", str(CONFIG_DIR), *(["--wide"] if wide else [])]) == 0
     out = capsys.readouterr().out
     for lob, endpoint, model_id in _endpoints(env):
         assert f"{lob}/{endpoint}" in out
         assert model_id in out
         assert f"{MODELS[model_id].kv_bytes_per_token:,} B" in out
-    for title in ("Endpoints", "Lines of business", f"Environment {env}", "GPU capacity on P5", "break_even"):
+    for title in ("Endpoint", "Lines of business", f"Environment {env}", "GPU capacity on P5", "by the GPU-hour"):
         assert title in out
-    assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out  # retail's two GPUs
+    assert f"${2 * _price('ml.g6e.4xlarge') * 730:,.2f}" in out  # retail's two GPUs, a month
+    assert "caveat: " in out and "ml.p5.48xlarge price_per_hour" in out
+    if wide:
+        assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out and "break_even" in out  # hourly dollars, the rules
+    else:
+        widest = max(len(line) for line in out.splitlines())
+        assert widest <= 80, f"a line of {widest} columns"
+        assert "…" not in out  # nothing cut: long cells fold
+
+
+def test_plan_compares_p5_by_the_gpu_hour(capsys: pytest.CaptureFixture[str]) -> None:
+    """Whole P5 instances overstate a small environment's P5 bill: also show H100-equivalents x the P5 price per GPU,
+    and each LOB's own price per H100-equivalent hour next to P5's."""
+    plan = _plan("dev", capsys)
+    p5 = plan["environment"]["p5"]
+    per_gpu = _price("ml.p5.48xlarge") / 8
+    assert p5["price_per_gpu_hour"] == pytest.approx(per_gpu)
+    assert p5["price_by_gpu_hour"]["per_hour"] == pytest.approx(p5["h100_gpus"] * per_gpu, abs=1e-4)
+    assert p5["price_by_gpu_hour"]["per_hour"] < p5["price"]["per_hour"]  # 0.73 H100s vs a whole 8-GPU instance
+    (retail,) = plan["lobs"]
+    h100 = 2 * 362.05 / 989.4
+    assert retail["p5"]["h100_gpus"] == pytest.approx(h100)
+    assert retail["p5"]["price_per_h100_equivalent_hour"] == pytest.approx(
+        2 * _price("ml.g6e.4xlarge") / h100, abs=1e-3
+    )
+    assert any("ml.p5.48xlarge price_per_hour" in line for line in plan["caveats"])
 
 
 def test_plan_rejects_a_bad_token_count(capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,7 +179,8 @@ def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixtu
     assert total["known_part_per_hour"] == pytest.approx(known)
     assert total["known_part_per_month"] == pytest.approx(known * 730)
     assert cli(["plan", "--config-dir", str(config_copy)]) == 0
-    assert f">= ${known * 730:,.2f} (unknown: ml.m5.8xlarge)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f">= ${known * 730:,.2f}+" in out and "+: a lower bound; no price for ml.m5.8xlarge." in out
 
 
 def test_plan_of_an_endpoint_without_l2(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:

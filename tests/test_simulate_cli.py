@@ -33,11 +33,11 @@ class FakePlanner:
         endpoint: str,
         *,
         replicas: int | None = None,
-        l1_gb: float | None = None,
+        l1_gib: float | None = None,
         l2_gb: float | None = None,
     ) -> TierModel:
         self.calls.append(
-            {"env": config.env.name, "lob": lob, "endpoint": endpoint, "replicas": replicas, "l1": l1_gb, "l2": l2_gb}
+            {"env": config.env.name, "lob": lob, "endpoint": endpoint, "replicas": replicas, "l1": l1_gib, "l2": l2_gb}
         )
         found = config.lob(lob)
         spec = next(e for e in found.endpoints if e.name == endpoint)
@@ -47,7 +47,7 @@ class FakePlanner:
             block_tokens=spec.block_size,
             replicas=replicas or spec.replicas,
             l0_tokens=160_000,
-            l1_tokens=int((spec.cache.l1_gb if l1_gb is None else l1_gb) * 2**30 / KV),
+            l1_tokens=int((spec.cache.l1_gb if l1_gib is None else l1_gib) * 2**30 / KV),
             l2_tokens=int((found.l2.budget_gb if l2_gb is None else l2_gb) * 1e9 / KV),
             l1_load_s_per_token=7e-6,
             l2_load_s_per_token=6e-5,
@@ -91,9 +91,10 @@ def test_example_config_and_synthetic_trace_give_all_four_strategies_and_plots(
     for strategy in STRATEGIES:
         assert strategy in out
     assert "prefixaware*" in out  # the configured strategy is marked
-    for name in ("L0", "L1", "L2 own", "L2 peer", "TTFT p50"):
+    for name in ("L0", "L1", "L2 own", "L2 peer", "TTFT", "p50"):
         assert name in out
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hit-rate-per-tier.png", "ttft.png"]
+    (run,) = tmp_path.iterdir()  # this run's own folder
+    assert sorted(p.name for p in run.iterdir()) == ["hit-rate-per-tier.png", "ttft.png"]
     assert planner.calls == [
         {"env": "dev", "lob": "retail", "endpoint": "qwen3-8b", "replicas": None, "l1": None, "l2": None}
     ]
@@ -103,7 +104,7 @@ def test_json_overrides_and_l2_sweep(
     planner: FakePlanner, small_trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code = simulate(
-        "--trace", str(small_trace), "--routing", "session", "kvaware", "--replicas", "3", "--l1-gb", "5",
+        "--trace", str(small_trace), "--routing", "session", "kvaware", "--replicas", "3", "--l1-gib", "5",
         "--l2-gb", "0", "1", "--qps-scale", "2", "--seed", "4", "--out", str(tmp_path), "--json",
     )  # fmt: skip
     assert code == 0
@@ -142,8 +143,10 @@ def test_every_request_too_long_is_a_problem(
         (["--qps-scale", "0"], "--qps-scale"),
         (["--qps-scale", "nan"], "--qps-scale nan is out of range; give a finite factor > 0"),
         (["--qps-scale", "inf"], "--qps-scale inf is out of range"),
-        (["--l1-gb", "inf"], "--l1-gb inf is out of range; give a finite size"),
-        (["--l1-gb", "nan"], "--l1-gb nan is out of range"),
+        (["--l1-gib", "inf"], "--l1-gib inf is out of range; give finite sizes"),
+        (["--l1-gib", "4", "nan"], "--l1-gib 4.0 nan is out of range"),
+        (["--l1-gb", "20", "--l1-gib", "20"], "give --l1-gib only"),
+        (["--l1-gib", "1", "2", "--l2-gb", "1", "2"], "sweep one of them at a time"),
         (["--l2-gb", "10", "nan"], "--l2-gb 10.0 nan is out of range; give finite sizes"),
         (["--l2-gb", "inf"], "--l2-gb inf is out of range"),
         (["--janitor-every", "nan"], "--janitor-every nan is out of range; give finite seconds >= 0"),
@@ -197,9 +200,9 @@ def test_the_planners_tier_model_drives_the_run(small_trace: Path, capsys: pytes
     from kvtier.rules import load_checked
 
     args = ("--lob", "retail", "--endpoint", "qwen3-8b", "--trace", str(small_trace), "--json", "--no-plots")
-    assert simulate(*args, "--routing", "prefixaware", "--l1-gb", "30") == 0
+    assert simulate(*args, "--routing", "prefixaware", "--l1-gib", "30") == 0
     data = json.loads(capsys.readouterr().out)
-    planned = tier_model(load_checked(CONFIG_DIR, "dev"), "retail", "qwen3-8b", l1_gb=30)
+    planned = tier_model(load_checked(CONFIG_DIR, "dev"), "retail", "qwen3-8b", l1_gib=30)
     assert data["tier_model"] == dataclasses.asdict(planned)
     assert data["results"][0]["l1_tokens"] == planned.l1_tokens
     assert data["results"][0]["served"] == 40
@@ -208,8 +211,8 @@ def test_the_planners_tier_model_drives_the_run(small_trace: Path, capsys: pytes
 def test_a_size_beyond_any_deployment_is_refused_by_the_planner(
     small_trace: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert simulate("--trace", str(small_trace), "--no-plots", "--l1-gb", "1e300") == 2
-    assert "l1_gb override 1e+300 is out of range; use a number from 0 to 1e+09" in capsys.readouterr().err
+    assert simulate("--trace", str(small_trace), "--no-plots", "--l1-gib", "1e300") == 2
+    assert "l1_gib override 1e+300 is out of range; use a number from 0 to 1e+09" in capsys.readouterr().err
 
 
 def test_the_simulated_janitor_is_the_deployed_one() -> None:

@@ -26,6 +26,9 @@ def register(sub: Any) -> None:
         metavar="N",
         help=f"prompt length for the recompute and L2-load times (default: {DEFAULT_PROMPT_TOKENS})",
     )
+    parser.add_argument(
+        "--wide", action="store_true", help="endpoints side by side, hourly dollars and the rules (needs > 80 columns)"
+    )
     parser.set_defaults(func=run)
 
 
@@ -43,5 +46,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}", file=sys.stderr)
     from kvtier.planner.tables import print_tables
 
-    print_tables(plan)
+    print_tables(plan, wide=args.wide)
     return int(ExitCode.OK)

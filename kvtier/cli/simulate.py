@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import math
 import sys
 from collections.abc import Callable
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
 PROGRESS_MIN_REQUESTS = 10_000  # show a progress bar when this many requests are replayed in all
 DEFAULT_OUT = Path("out") / "simulate"
-WIDE = 160  # table width when stdout is not a terminal (rich would assume 80)
+NARROW = 80  # the report fits 80 columns (a terminal narrower than that keeps its own width)
 # The simulator keeps every replica's L0 and L1 in memory; far beyond any endpoint (the example config runs 2), and
 # a typo's 10**9 would exhaust memory instead of answering.
 MAX_REPLICAS = 1024
@@ -57,9 +58,22 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("--limit", type=int, help="replay only the first N requests of the trace")
     parser.add_argument("--replicas", type=int, help=f"replicas, 1 to {MAX_REPLICAS} (default: the endpoint's)")
-    parser.add_argument("--l1-gb", type=float, help="L1 CPU DRAM per replica in GiB (default: cache.l1_gb)")
     parser.add_argument(
-        "--l2-gb", type=float, nargs="+", metavar="GB", help="L2 budget of the endpoint in GB; several values sweep it"
+        "--l1-gib",
+        type=float,
+        nargs="+",
+        metavar="GIB",
+        help="L1 CPU DRAM per replica in GiB, LMCache's unit (default: cache.l1_gb, also GiB); several values sweep it",
+    )
+    parser.add_argument(
+        "--l1-gb", type=float, nargs="+", help=argparse.SUPPRESS
+    )  # the old name of --l1-gib (the value was always GiB): accepted with a deprecation note
+    parser.add_argument(
+        "--l2-gb",
+        type=float,
+        nargs="+",
+        metavar="GB",
+        help="L2 budget of the endpoint in decimal GB, like l2.budget_gb; several values sweep it",
     )
     parser.add_argument("--qps-scale", type=float, default=1.0, help="replay at this multiple of the trace's rate")
     parser.add_argument("--seed", type=int, default=0, help="seed of the routers' random tie-breaks (default 0)")
@@ -81,14 +95,19 @@ def register(sub: Any) -> None:
         metavar="TOKENS",
         help=f"kvaware fallback threshold (default {KV_AWARE_THRESHOLD}, the deployed router's)",
     )
-    parser.add_argument("--out", type=Path, help=f"folder for the plots (default {DEFAULT_OUT}/<env>/<lob>/<endpoint>)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help=f"base folder for the plots (default {DEFAULT_OUT}/<env>/<lob>/<endpoint>); each run writes to its own "
+        "subfolder <UTC time> in it",
+    )
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
     add_json_option(parser)
     parser.set_defaults(func=run)
 
 
 def load_tier_model() -> TierModelFunction:
-    """The planner's `tier_model(config, lob, endpoint, *, replicas, l1_gb, l2_gb)`, imported when the command runs."""
+    """The planner's `tier_model(config, lob, endpoint, *, replicas, l1_gib, l2_gb)`, imported when the command runs."""
     from kvtier.planner.tiers import tier_model
 
     return tier_model
@@ -98,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from kvtier.simulate.engine import SimConfig, simulate
-    from kvtier.simulate.report import gigabytes, json_report, print_report
+    from kvtier.simulate.report import gibibytes, gigabytes, json_report, print_report
     from kvtier.simulate.result import SimResult
     from kvtier.simulate.trace import UnitTrace, to_units
     from kvtier.trace import load_trace
@@ -107,39 +126,43 @@ def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
     lob, endpoint = _pick(config, args.lob, args.endpoint)
     trace = load_trace(args.trace, limit=args.limit)
-    out = args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name
+    out = run_folder(args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name)
     if not args.no_plots:
         from kvtier.cli.bench import prepare_out_dir
 
         prepare_out_dir(out)  # before the replay: its plots must have somewhere to go
     tier_model = load_tier_model()
     strategies = list(dict.fromkeys(args.routing or STRATEGIES))
-    runs: list[tuple[TierModel, UnitTrace, SimConfig, float]] = []
-    for l2_gb in args.l2_gb or [None]:
-        model = tier_model(config, lob.name, endpoint.name, replicas=args.replicas, l1_gb=args.l1_gb, l2_gb=l2_gb)
-        units = to_units(trace, model.chunk_tokens, args.qps_scale)
-        label = l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model)
-        for routing in strategies:
-            sim = SimConfig(
-                routing=routing,
-                slots=args.slots,
-                seed=args.seed,
-                qps_scale=args.qps_scale,
-                prefix_min_match_tokens=args.prefix_min_match,
-                kv_aware_threshold=args.kv_aware_threshold,
-                **_l2_policy(endpoint, lob, args.janitor_every),
-            )
-            runs.append((model, units, sim, label))
+    runs: list[tuple[TierModel, UnitTrace, SimConfig, dict[str, float]]] = []
+    for l1_gib in args.l1_gib or [None]:
+        for l2_gb in args.l2_gb or [None]:
+            model = tier_model(config, lob.name, endpoint.name, replicas=args.replicas, l1_gib=l1_gib, l2_gb=l2_gb)
+            units = to_units(trace, model.chunk_tokens, args.qps_scale)
+            labels = {
+                "l1_gib": l1_gib if l1_gib is not None else gibibytes(model.l1_tokens, model),
+                "l2_gb": l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model),
+            }
+            for routing in strategies:
+                sim = SimConfig(
+                    routing=routing,
+                    slots=args.slots,
+                    seed=args.seed,
+                    qps_scale=args.qps_scale,
+                    prefix_min_match_tokens=args.prefix_min_match,
+                    kv_aware_threshold=args.kv_aware_threshold,
+                    **_l2_policy(endpoint, lob, args.janitor_every),
+                )
+                runs.append((model, units, sim, labels))
 
     err = Console(stderr=True)
     results: list[SimResult] = []
     total = len(runs) * len(trace)
     with _progress(err, total >= PROGRESS_MIN_REQUESTS) as bar:
         task = bar.add_task("simulating", total=total)
-        for done_runs, (model, units, sim, label) in enumerate(runs):
+        for done_runs, (model, units, sim, labels) in enumerate(runs):
             result = simulate(units, model, sim, _advance(bar, task, done_runs * len(trace)))
-            results.append(dataclasses.replace(result, extra={"l2_gb": label}))
-    results.sort(key=lambda r: (strategies.index(r.routing), r.extra["l2_gb"]))  # stable: runs in sweep order
+            results.append(dataclasses.replace(result, extra=dict(labels)))
+    results.sort(key=lambda r: (strategies.index(r.routing), r.extra["l1_gib"], r.extra["l2_gb"]))  # stable
 
     where = f"{config.env.name}/{lob.name}/{endpoint.name}"
     title = f"{where} on {args.trace.name} (x{args.qps_scale:g} rate, seed {args.seed})"
@@ -148,7 +171,8 @@ def run(args: argparse.Namespace) -> int:
         from kvtier.simulate.plots import write_plots
 
         plots = [str(p) for p in write_plots(results, out, title)]
-    first = runs[0][0]
+    # The header's model: the first with an L2 (a sweep may start at 0 GB), so its break-even is the endpoint's.
+    first = next((model for model, *_ in runs if model.has_l2), runs[0][0])
     if args.json:
         context = {
             "env": config.env.name,
@@ -158,10 +182,11 @@ def run(args: argparse.Namespace) -> int:
             "trace": {"path": str(args.trace), "requests": len(trace)},
             "l2_max_age_hours": lob.l2.max_age_hours,
             "janitor_every_s": args.janitor_every,
+            "out": str(out) if plots else None,
         }
         print_json(json_report(context, first, results, plots))
     else:
-        out_console = Console() if sys.stdout.isatty() else Console(width=WIDE)
+        out_console = Console(width=min(Console().width, NARROW)) if sys.stdout.isatty() else Console(width=NARROW)
         print_report(out_console, title, first, results, endpoint.routing)
         for plot in plots:
             out_console.print(f"wrote {plot}")
@@ -185,8 +210,30 @@ def _at_least(value: float, low: float) -> bool:
     return math.isfinite(value) and value >= low
 
 
+def run_folder(base: Path) -> Path:
+    """A new folder under `base` for this run, named by its UTC start time (-2, -3, ... within the same second), so
+    no run overwrites another's plots."""
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    folder, n = base / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = base / f"{stamp}-{n}"
+    return folder
+
+
 def _check_flags(args: argparse.Namespace) -> None:
-    replicas, l1, l2 = args.replicas, args.l1_gb, args.l2_gb or []
+    if args.l1_gb is not None:
+        # The old name said GB for a GiB value; still accepted (the same GiB), with a pointer to the new one.
+        print(
+            "kvtier simulate: --l1-gb is deprecated: its value is GiB (LMCache's unit, like cache.l1_gb); use --l1-gib",
+            file=sys.stderr,
+        )
+        if args.l1_gib is not None:
+            raise UsageError("give --l1-gib only (--l1-gb is its deprecated name)")
+        args.l1_gib = args.l1_gb
+    replicas, l1, l2 = args.replicas, args.l1_gib or [], args.l2_gb or []
+    if len(l1) > 1 and len(l2) > 1:
+        raise UsageError("--l1-gib and --l2-gb both sweep several sizes; sweep one of them at a time")
     checks = (
         (args.limit is not None and args.limit < 1, f"--limit {args.limit}", "give 1 or more requests"),
         (
@@ -194,7 +241,7 @@ def _check_flags(args: argparse.Namespace) -> None:
             f"--replicas {replicas}",
             f"give 1 to {MAX_REPLICAS}",
         ),
-        (l1 is not None and not _at_least(l1, 0), f"--l1-gb {l1}", "give a finite size, 0 (off) or more"),
+        (not all(_at_least(v, 0) for v in l1), f"--l1-gib {' '.join(map(str, l1))}", "give finite sizes, 0 or more"),
         (not all(_at_least(v, 0) for v in l2), f"--l2-gb {' '.join(map(str, l2))}", "give finite sizes, 0 or more"),
         (
             not (_at_least(args.qps_scale, 0) and args.qps_scale > 0),

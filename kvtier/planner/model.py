@@ -1,4 +1,4 @@
-"""The per-endpoint tier model shared by `kvtier plan` and `kvtier simulate`, so the two never disagree."""
+"""The per-endpoint tier model shared by `kvtier plan`, `kvtier validate` and `kvtier simulate`, so they never disagree."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TierModel:
-    """Capacities and speeds of one endpoint's cache tiers (per replica unless said otherwise)."""
+    """Capacities and speeds of one endpoint's cache tiers (per replica unless said otherwise).
+
+    An L2 hit costs `l2_hit_fixed_s + l2_load_s_per_token x tokens x readers`: a fixed part (LMCache's lookup of each
+    chunk over FUSE, retrieve synchronisation, a scheduler step) and the bytes, every one of which crosses the
+    network (Curvine places chunks round-robin over the nodes, docs/planning.md), at the node's NIC share:
+    `readers` L2 loads running at once on one node split its bandwidth.
+    """
 
     kv_bytes_per_token: int
     chunk_tokens: int  # LMCache chunk size (one L2 file)
@@ -18,10 +24,12 @@ class TierModel:
     l1_tokens: int  # LMCache CPU DRAM per replica
     l2_tokens: int  # the endpoint's share of its LOB's L2 budget, shared by all replicas
     l1_load_s_per_token: float  # seconds to bring one token's KV from L1 to the GPU
-    l2_load_s_per_token: float  # seconds to bring one token's KV from L2 (network/NVMe bound); inf without L2
+    l2_load_s_per_token: float  # seconds to bring one token's KV from L2 (network bound, one reader); inf without L2
     prefill_s_per_token: float  # linear part of recomputing a prompt
     prefill_s_per_token_squared: float  # attention part, grows with prompt length
     max_model_len: int
+    l2_hit_fixed_s: float = 0.0  # seconds an L2 hit costs beyond its bytes
+    replicas_per_node: int = 1  # replicas that share one node's NIC (GPUs per node / tensor_parallel)
 
     def prefill_seconds(self, tokens: int) -> float:
         """Time to recompute `tokens` prompt tokens from scratch."""
@@ -30,8 +38,11 @@ class TierModel:
     def l1_load_seconds(self, tokens: int) -> float:
         return self.l1_load_s_per_token * tokens
 
-    def l2_load_seconds(self, tokens: int) -> float:
-        return self.l2_load_s_per_token * tokens
+    def l2_load_seconds(self, tokens: int, readers: int = 1) -> float:
+        """One L2 hit of `tokens` tokens while `readers` loads (this one included) share the node's NIC."""
+        if tokens <= 0:
+            return 0.0
+        return self.l2_hit_fixed_s + self.l2_load_s_per_token * tokens * max(readers, 1)
 
     @property
     def has_l2(self) -> bool:
@@ -40,16 +51,25 @@ class TierModel:
     def l2_break_even_tokens(self) -> int | None:
         """The shortest cached prefix (a whole number of chunks) whose L2 load beats recomputing it; None: never.
 
-        Loading is linear in the prefix (a x N) and recomputing is b x N + q x N^2, so L2 wins once
-        N > (a - b) / q; LMCache stores whole chunks only, so the answer is at least one chunk.
+        Loading costs F + a x N and recomputing b x N + q x N^2, so L2 wins where q N^2 + (b - a) N - F > 0, i.e.
+        above the positive root of that quadratic; LMCache stores whole chunks only, so the answer is at least one
+        chunk.
         """
         if not self.has_l2:
             return None
         a, b, q = self.l2_load_s_per_token, self.prefill_s_per_token, self.prefill_s_per_token_squared
+        fixed = self.l2_hit_fixed_s
         chunk = self.chunk_tokens
-        if a < b + q * chunk:
-            return chunk
-        if q <= 0:
+        slope = b - a
+        root = math.sqrt(slope * slope + 4 * q * fixed) if q > 0 else abs(slope)
+        if slope > 0:
+            crossing = 2 * fixed / (slope + root)  # the same root, without cancellation when q is tiny
+        elif q > 0:
+            crossing = (root - slope) / (2 * q)
+        else:
             return None
-        crossing = (a - b) / q  # L2 wins strictly above this prefix length
-        return (math.floor(crossing / chunk) + 1) * chunk
+        if not math.isfinite(crossing):
+            return None
+        if crossing < chunk:
+            return chunk
+        return (math.floor(crossing / chunk) + 1) * chunk  # L2 wins strictly above the crossing

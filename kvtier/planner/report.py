@@ -20,18 +20,20 @@ if TYPE_CHECKING:
 RULES = {
     "l0": "per replica: GPU memory x gpu_memory_utilization - weights / tensor_parallel - gpu_reserve_gib, "
     "divided by the GPU's share of a token's KV, rounded down to whole vLLM blocks",
-    "l1": "per replica: cache.l1_gb GiB (LMCache's unit) / KV bytes per token",
-    "l2": "curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
+    "l1": "per replica: cache.l1_gb GiB (LMCache's unit; every L1 size is GiB) / KV bytes per token",
+    "l2": "every L2 size is decimal GB; curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
     "memory_percent of the GPU nodes' RAM split equally among the environment's tieredstorage endpoints",
     "l1_load": "chunk KV / tensor_parallel / the GPU's host-to-GPU bandwidth (each rank copies its shard)",
-    "l2_load": "chunk KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
-    "l2_fuse_cap_gbps) (a cross-node read: the chunk is on another node's Curvine worker); single-flow bound: "
-    "chunk KV / (single_flow_gbps / 8)",
+    "l2_load": "l2_hit_fixed_s + KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
+    "l2_fuse_cap_gbps): every L2 byte crosses the network (Curvine places chunks round-robin, never by locality "
+    "with kvtier's manifests) and the node's concurrent L2 loads share its NIC; single-flow bound: chunk KV / "
+    "(single_flow_gbps / 8)",
     "recompute": "FLOPs(N) = 2 x params x N + 2 x layers x attention_heads x head_dim x N^2 (" + REF_FLOPS + "), "
     "at tensor_parallel x dense BF16 TFLOPS x prefill_mfu",
-    "break_even": "the shortest prefix (whole chunks) whose L2 load time is below its recompute time",
+    "break_even": "the shortest prefix (whole chunks) whose L2 hit (fixed part + bytes, one reader) is faster "
+    "than recomputing it; validate and simulate use the same model",
     "lob_share": SHARE_RULE,
-    "p5": P5_RULE,
+    "p5": P5_RULE + "; by the GPU-hour: H100-equivalent GPUs x the P5 price per GPU (no whole instances)",
     "month": "price per hour x hours_per_month",
 }
 
@@ -102,7 +104,8 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
             "h2d_gbps": instance.gpu_spec.host_to_gpu_gbps,
             "l1_chunk_s": tiers.l1_load_seconds(chunk),
             "l2_read_gbps": speed.l2_read_gbps if has_l2 else None,
-            "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,
+            "l2_hit_fixed_s": tiers.l2_hit_fixed_s if has_l2 else None,
+            "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,  # fixed part + the chunk's bytes
             "l2_chunk_s_single_flow": speed.l2_single_flow_s_per_token * chunk if has_l2 else None,
         },
         "recompute": {
@@ -118,6 +121,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
 
 
 def _lob(cost: LobCost) -> dict[str, Any]:
+    per_h100 = cost.price.per_hour / cost.h100_gpus if cost.price.known and cost.h100_gpus > 0 else None
     return {
         "name": cost.name,
         "gpus": cost.gpus,
@@ -125,12 +129,21 @@ def _lob(cost: LobCost) -> dict[str, Any]:
         "gpu_quota": cost.gpu_quota,
         "nodes": cost.nodes,
         "price": _price(cost.price),
-        "p5": {"h100_gpus": cost.h100_gpus, "price": _price(cost.p5_price)},
+        "p5": {
+            "h100_gpus": cost.h100_gpus,
+            "price": _price(cost.p5_price),
+            # What this LOB pays per hour of H100-equivalent throughput on its own GPUs (compare with P5's per GPU).
+            "price_per_h100_equivalent_hour": round(per_h100, 4) if per_h100 is not None else None,
+        },
     }
 
 
 def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
     env = config.env
+    p5 = env.instance(P5_TYPE)
+    by_gpu_hour = (
+        Price(cost.h100_gpus * p5.price_per_hour / p5.gpus) if p5.price_per_hour is not None else Price(0.0, (P5_TYPE,))
+    )
     return {
         "name": env.name,
         "region": env.region,
@@ -157,13 +170,49 @@ def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
         "total_price": _price(cost.total),
         "p5": {
             "instance_type": P5_TYPE,
-            "price_per_node_hour": env.instance(P5_TYPE).price_per_hour,
+            "price_per_node_hour": p5.price_per_hour,
+            "price_per_gpu_hour": p5.price_per_hour / p5.gpus if p5.price_per_hour is not None else None,
             "h100_gpus": cost.h100_gpus,
             "instances": cost.p5_instances,
             "price": _price(cost.p5_price),
+            "price_by_gpu_hour": _price(by_gpu_hour),
             "total_price": _price(cost.total_on_p5),
         },
     }
+
+
+def caveats(config: Config) -> list[str]:
+    """One line per family of shown numbers that rests on a catalog fact no primary source confirms, naming it."""
+    env = config.env
+    priced = sorted({g.instance_type for g in (*env.groups("system"), *env.groups("gpu"))} | {P5_TYPE})
+    endpoint_types = sorted({e.instance_type for lob in config.lobs for e in lob.endpoints})
+    gpu_types = sorted({*{g.instance_type for g in env.groups("gpu")}, P5_TYPE})
+    lines = []
+    prices = [t for t in priced if "price_per_hour" in env.instance(t).unverified]
+    if prices:
+        lines.append("the dollar figures rest on unverified prices (price_per_hour) of " + ", ".join(prices))
+    tflops = sorted(
+        {
+            f"{env.instance(t).gpu_spec.name} bf16_dense_tflops"
+            for t in gpu_types
+            if "bf16_dense_tflops" in env.instance(t).gpu_spec.unverified
+        }
+    )
+    h100 = env.instance(P5_TYPE)
+    p5_facts = [f"{P5_TYPE} price_per_hour"] if "price_per_hour" in h100.unverified else []
+    lines.append(
+        "the P5 comparison assumes equal dense BF16 throughput is equal serving capacity (prefill-bound work)"
+        + (" and rests on " + ", ".join(p5_facts + tflops) if p5_facts or tflops else "")
+    )
+    speed_facts = sorted(
+        f"{t} {fact}"
+        for t in endpoint_types
+        for fact in ("prefill_mfu", "l2_read_gbps", "l2_hit_fixed_s")
+        if fact in env.instance(t).unverified
+    )
+    if speed_facts:
+        lines.append("load and recompute times and the L2 break-even rest on estimates: " + ", ".join(speed_facts))
+    return lines
 
 
 def build_plan(config: Config, prompt_tokens: int = 4096) -> dict[str, Any]:
@@ -171,9 +220,11 @@ def build_plan(config: Config, prompt_tokens: int = 4096) -> dict[str, Any]:
     endpoints = [_endpoint(config, lob, e, prompt_tokens) for lob in config.lobs for e in lob.endpoints]
     cost = env_cost(config.env, config.lobs)
     return {
+        "units": {"l1": "GiB", "l2": "GB", "rates": "GB/s", "times": "s", "prices": "USD"},
         "environment": _environment(config, cost),
         "endpoints": endpoints,
         "lobs": [_lob(c) for c in cost.lobs],
+        "caveats": caveats(config),
         "rules": RULES,
         "assumptions": {name: asdict(fact) for name, fact in PLANNING_FACTS.items()},
         "warnings": [str(w) for w in config.warnings],

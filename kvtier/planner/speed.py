@@ -17,6 +17,7 @@ class Speeds:
     prefill_s_per_token: float
     prefill_s_per_token_squared: float
     l2_read_gbps: float
+    l2_hit_fixed_s: float  # an L2 hit's cost beyond its bytes (catalog l2_hit_fixed_s)
     prefill_tflops: float  # effective: TP GPUs x dense BF16 peak x MFU
 
 
@@ -25,7 +26,8 @@ def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds
     kv = model.kv_bytes_per_token
     # L1 -> GPU: every TP rank copies its own shard over its own PCIe link, in parallel.
     l1 = kv / tensor_parallel / (gpu.host_to_gpu_gbps * GB)
-    # L2: the whole token's KV crosses the node's network (the ranks share one NIC).
+    # L2: the whole token's KV crosses the node's network (the ranks share one NIC): Curvine places chunks on
+    # workers round-robin, never on the reader's own node with kvtier's manifests (docs/planning.md).
     l2_gbps = instance.l2_read_gbps or 0.0
     l2 = kv / (l2_gbps * GB) if l2_gbps > 0 else float("inf")
     single_flow = kv / (SINGLE_FLOW_GBPS.value / 8 * GB)
@@ -38,5 +40,6 @@ def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds
         prefill_s_per_token=model.linear_flops_per_token / flops if flops else float("inf"),
         prefill_s_per_token_squared=model.attention_flops_coefficient / flops if flops else float("inf"),
         l2_read_gbps=l2_gbps,
+        l2_hit_fixed_s=instance.l2_hit_fixed_s or 0.0,
         prefill_tflops=flops / 1e12,
     )

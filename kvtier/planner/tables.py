@@ -1,12 +1,20 @@
-"""Rich tables for `kvtier plan`, drawn from the plan data (kvtier.planner.report) so table and JSON agree."""
+"""Rich tables for `kvtier plan`, drawn from the plan data (kvtier.planner.report) so table and JSON agree.
+
+The default view fits 80 columns: one two-column table per endpoint, monthly dollars, abbreviations with a legend.
+`--wide` puts the endpoints side by side, adds hourly dollars and prints the rules.
+"""
 
 from __future__ import annotations
 
 import sys
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.table import Table
+
+NARROW = 80
+WIDE = 180
 
 
 def tokens(n: int | None) -> str:
@@ -27,18 +35,14 @@ def seconds(s: float | None) -> str:
 
 
 def money(price: dict[str, Any], key: str = "per_hour") -> str:
+    """Dollars; a lower bound marked `+` when a price is unknown (the legend names the instance types)."""
     if price[key] is not None:
         return f"${price[key]:,.2f}"
-    known = price[f"known_part_{key}"]
-    return f">= ${known:,.2f} (unknown: {', '.join(price['unknown'])})"
+    return f">= ${price[f'known_part_{key}']:,.2f}+"
 
 
-def _endpoint_table(plan: dict[str, Any]) -> Table:
+def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     endpoints = plan["endpoints"]
-    table = Table(title="Endpoints (per replica unless noted)", show_lines=False)
-    table.add_column("")
-    for e in endpoints:
-        table.add_column(f"{e['lob']}/{e['endpoint']}")
     rows: list[tuple[str, list[str]]] = []
 
     def row(label: str, values: list[str]) -> None:
@@ -57,10 +61,7 @@ def _endpoint_table(plan: dict[str, Any]) -> Table:
     row("LMCache chunk", [f"{e['chunk']['tokens']} tokens = {size(e['chunk']['bytes'])}" for e in endpoints])
     row(
         "L0 tokens (GPU)",
-        [
-            f"{tokens(e['l0']['tokens_per_replica'])} ({e['l0']['kv_gib_per_gpu']:.1f} GiB KV per GPU)"
-            for e in endpoints
-        ],
+        [f"{tokens(e['l0']['tokens_per_replica'])} ({e['l0']['kv_gib_per_gpu']:.1f} GiB KV/GPU)" for e in endpoints],
     )
     row(
         "L1 tokens (host DRAM)",
@@ -73,15 +74,12 @@ def _endpoint_table(plan: dict[str, Any]) -> Table:
             for e in endpoints
         ],
     )
+    row("chunk from L1", [f"{seconds(e['load']['l1_chunk_s'])} at {e['load']['h2d_gbps']:g} GB/s" for e in endpoints])
     row(
-        "chunk load from L1",
-        [f"{seconds(e['load']['l1_chunk_s'])} at {e['load']['h2d_gbps']:g} GB/s" for e in endpoints],
-    )
-    row(
-        "chunk load from L2",
+        "chunk from L2 (a hit)",
         [
-            f"{seconds(e['load']['l2_chunk_s'])} at {e['load']['l2_read_gbps']:.2f} GB/s "
-            f"(one flow: {seconds(e['load']['l2_chunk_s_single_flow'])})"
+            f"{seconds(e['load']['l2_hit_fixed_s'])} + "
+            f"{seconds(e['load']['l2_chunk_s'] - e['load']['l2_hit_fixed_s'])} at {e['load']['l2_read_gbps']:.2f} GB/s"
             if e["load"]["l2_chunk_s"] is not None
             else "-"
             for e in endpoints
@@ -92,7 +90,7 @@ def _endpoint_table(plan: dict[str, Any]) -> Table:
         f"recompute {n:,} tokens",
         [f"{seconds(e['recompute']['seconds'])} at {e['recompute']['effective_tflops']:.0f} TFLOPS" for e in endpoints],
     )
-    row(f"load {n:,} tokens from L2", [seconds(e["recompute"]["l2_load_seconds"]) for e in endpoints])
+    row(f"{n:,} tokens from L2", [seconds(e["recompute"]["l2_load_seconds"]) for e in endpoints])
     row(
         "L2 beats recompute from",
         [
@@ -100,81 +98,99 @@ def _endpoint_table(plan: dict[str, Any]) -> Table:
             for e in endpoints
         ],
     )
-    for label, values in rows:
-        table.add_row(label, *values)
-    return table
+    return rows
 
 
-def _lob_table(plan: dict[str, Any]) -> Table:
-    table = Table(title="Lines of business (nodes are shared: each pays for the GPUs it holds)")
-    for header in (
-        "LOB",
-        "GPUs (max) / quota",
-        "nodes",
-        "$/hour",
-        "$/month",
-        "H100-equiv.",
-        "on P5 $/hour",
-        "on P5 $/month",
-    ):
+def _endpoint_tables(plan: dict[str, Any], wide: bool) -> list[Table]:
+    rows = _endpoint_rows(plan)
+    names = [f"{e['lob']}/{e['endpoint']}" for e in plan["endpoints"]]
+    groups = [list(range(len(names)))] if wide else [[i] for i in range(len(names))]
+    out = []
+    for group in groups:
+        title = "Endpoints (per replica unless noted)" if wide else f"Endpoint {names[group[0]]} (per replica)"
+        table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, show_header=wide)
+        table.add_column("")
+        for i in group:
+            table.add_column(names[i])
+        for label, values in rows:
+            table.add_row(label, *(values[i] for i in group))
+        out.append(table)
+    return out
+
+
+def _lob_table(plan: dict[str, Any], wide: bool) -> Table:
+    table = Table(title="Lines of business (nodes are shared: each pays for its GPUs)", box=box.SIMPLE_HEAD)
+    headers = ["LOB", "GPUs (max)/quota", *(["$/hour"] if wide else []), "$/month", "H100-eq", "$/H100-eq-h"]
+    headers += [*(["on P5 $/hour"] if wide else []), "on P5 $/month"]
+    for header in headers:
         table.add_column(header, justify="left" if header == "LOB" else "right")
     for lob in plan["lobs"]:
-        table.add_row(
-            lob["name"],
-            f"{lob['gpus']} ({lob['max_gpus']}) / {lob['gpu_quota']}",
-            f"{lob['nodes']:.2f}",
-            money(lob["price"]),
-            money(lob["price"], "per_month"),
-            f"{lob['p5']['h100_gpus']:.2f}",
-            money(lob["p5"]["price"]),
-            money(lob["p5"]["price"], "per_month"),
-        )
+        cells = [lob["name"], f"{lob['gpus']} ({lob['max_gpus']}) / {lob['gpu_quota']}"]
+        cells += [*([money(lob["price"])] if wide else []), money(lob["price"], "per_month")]
+        per = lob["p5"]["price_per_h100_equivalent_hour"]
+        cells += [f"{lob['p5']['h100_gpus']:.2f}", f"${per:,.2f}" if per is not None else "-"]
+        cells += [*([money(lob["p5"]["price"])] if wide else []), money(lob["p5"]["price"], "per_month")]
+        table.add_row(*cells)
     return table
 
 
-def _env_table(plan: dict[str, Any]) -> Table:
+def _env_table(plan: dict[str, Any], wide: bool) -> Table:
     env = plan["environment"]
-    table = Table(title=f"Environment {env['name']} ({env['region']})")
-    for header in ("", "instance type", "nodes", "GPUs", "$/hour", "$/month"):
+    table = Table(title=f"Environment {env['name']} ({env['region']})", title_justify="left", box=box.SIMPLE_HEAD)
+    headers = ["", "instance type", "nodes", "GPUs", *(["$/hour"] if wide else []), "$/month"]
+    for header in headers:
         table.add_column(header, justify="left" if header in ("", "instance type") else "right")
+
+    def add(label: str, kind: str, nodes: str, gpus: str, price: dict[str, Any]) -> None:
+        table.add_row(label, kind, nodes, gpus, *([money(price)] if wide else []), money(price, "per_month"))
+
     for g in env["groups"]:
-        table.add_row(
+        add(
             f"group {g['name']} ({g['role']})",
             g["instance_type"],
             str(g["count"]),
             str(g["count"] * g["gpus_per_node"]),
-            money(g["price"]),
-            money(g["price"], "per_month"),
+            g["price"],
         )
-    table.add_row(
-        "GPUs no LOB holds",
-        "",
-        "",
-        str(env["gpus"] - env["allocated_gpus"]),
-        money(env["unallocated_gpu_price"]),
-        money(env["unallocated_gpu_price"], "per_month"),
-    )
-    table.add_row("total", "", "", str(env["gpus"]), money(env["total_price"]), money(env["total_price"], "per_month"))
+    add("GPUs no LOB holds", "", "", str(env["gpus"] - env["allocated_gpus"]), env["unallocated_gpu_price"])
+    add("total", "", "", str(env["gpus"]), env["total_price"])
     p5 = env["p5"]
-    table.add_row(
-        f"GPU capacity on P5 ({p5['h100_gpus']:.2f} H100-equiv.)",
-        p5["instance_type"],
-        str(p5["instances"]),
-        str(p5["instances"] * 8),
-        money(p5["price"]),
-        money(p5["price"], "per_month"),
-    )
-    table.add_row("total with P5", "", "", "", money(p5["total_price"]), money(p5["total_price"], "per_month"))
+    add("GPU capacity on P5", p5["instance_type"], str(p5["instances"]), str(p5["instances"] * 8), p5["price"])
+    add("  by the GPU-hour", "H100-eq", "", f"{p5['h100_gpus']:.2f}", p5["price_by_gpu_hour"])
+    add("total with P5", "", "", "", p5["total_price"])
     return table
 
 
-def print_tables(plan: dict[str, Any]) -> None:
-    # Wide enough for two or three endpoint columns when piped; a terminal keeps its own width.
-    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 180)
-    if plan["endpoints"]:
-        console.print(_endpoint_table(plan))
-    console.print(_lob_table(plan))
-    console.print(_env_table(plan))
-    console.print("How these are computed (docs/planning.md; constants and sources: --json):")
-    for name, rule in plan["rules"].items():
-        console.print(f"  {name}: {rule}", highlight=False, markup=False)
+def _unknown_prices(plan: dict[str, Any]) -> list[str]:
+    env = plan["environment"]
+    return sorted({*env["total_price"]["unknown"], *env["p5"]["total_price"]["unknown"]})
+
+
+def print_tables(plan: dict[str, Any], *, wide: bool = False, console: Console | None = None) -> None:
+    if console is None:
+        probe = Console(file=sys.stdout)
+        if wide:
+            width = probe.width if probe.is_terminal else WIDE
+        else:
+            width = min(probe.width, NARROW) if probe.is_terminal else NARROW
+        console = Console(file=sys.stdout, width=width)
+    for table in _endpoint_tables(plan, wide) if plan["endpoints"] else []:
+        console.print(table)
+    console.print(_lob_table(plan, wide))
+    console.print(_env_table(plan, wide))
+    legend = (
+        "H100-eq: H100 GPUs of the same dense BF16 throughput; $/H100-eq-h: the LOB's $/hour per H100-eq "
+        f"(P5: ${plan['environment']['p5']['price_per_gpu_hour']:,.2f} per H100-hour)."
+    )
+    console.print(legend, highlight=False, markup=False)
+    unknown = _unknown_prices(plan)
+    if unknown:
+        console.print(f"+: a lower bound; no price for {', '.join(unknown)}.", highlight=False, markup=False)
+    for caveat in plan["caveats"]:
+        console.print(f"caveat: {caveat}", highlight=False, markup=False)
+    if wide:
+        console.print("How these are computed (docs/planning.md; constants and sources: --json):")
+        for name, rule in plan["rules"].items():
+            console.print(f"  {name}: {rule}", highlight=False, markup=False)
+    else:
+        console.print("How these are computed: --wide (rules), --json (constants and sources).", highlight=False)

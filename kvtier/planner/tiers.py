@@ -63,16 +63,16 @@ def endpoint_tiers(
     model: Model,
     *,
     replicas: int | None = None,
-    l1_gb: float | None = None,
+    l1_gib: float | None = None,
     l2_gb: float | None = None,
 ) -> TierModel:
-    """The TierModel of one endpoint; the overrides replace the config's replicas, L1 GiB and L2 share (GB)."""
+    """The TierModel of one endpoint; the overrides replace the config's replicas, L1 (GiB) and L2 share (GB)."""
     instance = env.instance(endpoint.instance_type)
     tp = endpoint.tensor_parallel
     kv = model.kv_bytes_per_token
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
-    l1_bytes = (endpoint.cache.l1_gb if l1_gb is None else l1_gb) * GIB
+    l1_bytes = (endpoint.cache.l1_gb if l1_gib is None else l1_gib) * GIB  # cache.l1_gb is GiB (LMCache's unit)
     # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/serving.py).
     # Every rank stores the same chunks, each with only its own KV heads (LMCache's kv_shape uses vLLM's per-GPU
     # head count), so the replica's L1 holds (l1 / tp) / (per-rank bytes per token) tokens: l1 / kv_bytes_per_token
@@ -93,6 +93,8 @@ def endpoint_tiers(
         prefill_s_per_token=speed.prefill_s_per_token,
         prefill_s_per_token_squared=speed.prefill_s_per_token_squared,
         max_model_len=endpoint.max_model_len,
+        l2_hit_fixed_s=speed.l2_hit_fixed_s,
+        replicas_per_node=max(instance.gpus // tp, 1),
     )
 
 
@@ -116,14 +118,16 @@ def tier_model(
     endpoint: str,
     *,
     replicas: int | None = None,
-    l1_gb: float | None = None,
+    l1_gib: float | None = None,
     l2_gb: float | None = None,
 ) -> TierModel:
     """The tier model of `lob`/`endpoint` in a loaded config (overrides as used by `kvtier simulate`)."""
-    for name, value in (("replicas", replicas), ("l1_gb", l1_gb), ("l2_gb", l2_gb)):
+    for name, value in (("replicas", replicas), ("l1_gib", l1_gib), ("l2_gb", l2_gb)):
         low = 1 if name == "replicas" else 0
         if value is not None and not (math.isfinite(value) and low <= value <= OVERRIDE_MAX_GB):
             raise UsageError(f"{name} override {value} is out of range; use a number from {low} to {OVERRIDE_MAX_GB:g}")
     found_lob, found = find_endpoint(config, lob, endpoint)
     model = endpoint_model(found_lob, found, config.files.get(found_lob.name, f"lobs/{found_lob.name}.yaml"))
-    return endpoint_tiers(config.env, config.lobs, found_lob, found, model, replicas=replicas, l1_gb=l1_gb, l2_gb=l2_gb)
+    return endpoint_tiers(
+        config.env, config.lobs, found_lob, found, model, replicas=replicas, l1_gib=l1_gib, l2_gb=l2_gb
+    )

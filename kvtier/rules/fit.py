@@ -105,10 +105,12 @@ def check_model_fits(ctx: Context, site: Site, model: Model, found: Findings) ->
                 site.file,
                 site.at("cache.l2"),
                 f"an L2 hit beats recomputing {when}, and prompts stop at max_model_len {e.max_model_len:,}: "
-                f"loading KV from L2 at {instance.l2_read_gbps or 0:.2f} GB/s is slower than prefill on "
-                f"{tp} x {instance.gpu_spec.name} (kvtier plan shows both)",
+                f"a hit costs {tiers.l2_hit_fixed_s * 1000:.0f} ms plus its bytes at "
+                f"{instance.l2_read_gbps or 0:.2f} GB/s, more than prefill on {tp} x {instance.gpu_spec.name} "
+                "(kvtier plan shows both)",
                 "use l2: none for this endpoint, a larger instance type (faster network), or measure and set "
-                f"catalog_overrides.{e.instance_type}.l2_read_gbps / prefill_mfu if the catalog's estimates are off",
+                f"catalog_overrides.{e.instance_type}.l2_hit_fixed_s / l2_read_gbps / prefill_mfu if the catalog's "
+                "estimates are off",
             )
         )
 

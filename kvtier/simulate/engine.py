@@ -4,7 +4,9 @@ Events, in time order (a prefill finishing before a request arriving at the same
 - arrival: requests longer than max_model_len are skipped; the router picks a replica (seeing queue lengths, and
   for kvaware the caches); the replica starts it if one of its `slots` is free, else queues it (FIFO).
 - start: the prompt's units are looked up L0, then L1, then L2, and the match stops at the first unit in none
-  (vLLM and LMCache match prefixes). Service = loading L1/L2 hits + recomputing the rest; L0 hits are free.
+  (vLLM and LMCache match prefixes). Service = loading L1/L2 hits + recomputing the rest; L0 hits are free. An L2
+  hit costs the planner's fixed part plus its bytes over the node's NIC, split among the L2 loads in flight on that
+  node when it starts (an approximation: a load does not slow down once started).
 - finish: the prompt's units are now in the replica's L0 and L1 (LRU); L2 gets the units past the prefix LMCache
   already held in L1 or L2 (its skip_leading_tokens), written by this replica; the next queued request starts.
   TTFT = queueing + service.
@@ -127,12 +129,14 @@ class _Run:
         self.ttft: list[float] = []
         self.tier = [0, 0, 0, 0, 0]  # l0, l1, l2 same, l2 other, miss (tokens)
         self.last_done = 0.0
+        # L2 loads in flight per node (their end times): they share the node's NIC (TierModel.l2_load_seconds).
+        self.l2_reads: list[list[float]] = [[] for _ in range(-(-replicas // max(model.replicas_per_node, 1)))]
 
     def run(self) -> SimResult:
         trace, config = self.trace, self.config
         arrivals, tokens = trace.arrival_s, trace.tokens
         limit = self.model.max_model_len
-        skipped = 0
+        skipped = skipped_tokens = 0
         events = self.events
         for index, now in enumerate(arrivals):
             while events and events[0][0] <= now:
@@ -141,6 +145,7 @@ class _Run:
                 self.progress(index)
             if tokens[index] > limit:
                 skipped += 1
+                skipped_tokens += tokens[index]
                 continue
             self.arrive(index, now)
         while events:
@@ -161,6 +166,7 @@ class _Run:
             requests=len(arrivals),
             served=len(self.ttft),
             skipped=skipped,
+            skipped_tokens=skipped_tokens,
             tokens=TierTokens(*self.tier),
             ttft_s=summarize_ttft(self.ttft),
             per_replica=tuple(ReplicaLoad(n, b) for n, b in zip(self.served, self.busy, strict=True)),
@@ -224,7 +230,11 @@ class _Run:
         if hits[1]:
             service += model.l1_load_seconds(hits[1])
         if hits[2] or hits[3]:
-            service += model.l2_load_seconds(hits[2] + hits[3])
+            reads = self.l2_reads[replica // max(model.replicas_per_node, 1)]
+            reads[:] = [end for end in reads if end > now]
+            load = model.l2_load_seconds(hits[2] + hits[3], readers=len(reads) + 1)
+            reads.append(now + load)
+            service += load
         done = now + service
         self.busy[replica] += service
         self.ttft.append(done - self.trace.arrival_s[index])

@@ -14,11 +14,18 @@ TIER_LABELS = (
     ("l2_same", "L2, own writes"),
     ("l2_other", "L2, other replica"),
 )
+LOG_SPAN = 10.0  # TTFT on a log axis when the largest value is more than this many times the smallest
+SWEEP_PLOTS = {"l1_gib": ("L1 CPU DRAM per replica (GiB)", "l1"), "l2_gb": ("L2 budget of the endpoint (GB)", "l2")}
+
+
+def ttft_needs_log_axis(values: Sequence[float]) -> bool:
+    positive = [v for v in values if v > 0]
+    return len(positive) > 1 and max(positive) > LOG_SPAN * min(positive)
 
 
 def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list[Path]:
-    """Hit rate per tier and TTFT per strategy (at the first configuration of each), and hit rate vs L2 size
-    when several L2 sizes were simulated. Returns the files written."""
+    """Hit rate per tier and TTFT per strategy (at the first configuration of each), and hit rate vs size for each
+    swept size (L1, L2). Returns the files written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,6 +55,7 @@ def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     width = 0.25
+    values = [r.ttft_s[q] for r in base for q in ("p50", "p90", "p99")]
     for offset, quantile in enumerate(("p50", "p90", "p99")):
         axes.bar(
             [i + (offset - 1) * width for i in range(len(base))],
@@ -56,27 +64,53 @@ def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list
             label=quantile,
         )
     axes.set_xticks(range(len(base)), names)
-    axes.set_ylabel("time to first token (s)")
+    if ttft_needs_log_axis(values):
+        axes.set_yscale("log")  # p99 queueing can be 100x p50: a linear axis flattens the rest
+        axes.set_ylabel("time to first token (s, log scale)")
+    else:
+        axes.set_ylabel("time to first token (s)")
     axes.set_title(f"TTFT per routing strategy\n{title}", fontsize=9)
     axes.legend(fontsize=8)
     written.append(_save(figure, out_dir / "ttft.png"))
 
-    sizes = sorted({float(r.extra.get("l2_gb", 0.0)) for r in results})
-    if len(sizes) > 1:
-        figure, axes = plt.subplots(figsize=(7, 4.5))
-        for routing in firsts:
-            runs = sorted((r for r in results if r.routing == routing), key=lambda r: float(r.extra.get("l2_gb", 0.0)))
-            gb = [float(r.extra.get("l2_gb", 0.0)) for r in runs]
-            line = axes.plot(gb, [100 * r.hit_rate() for r in runs], marker="o", label=f"{routing}: all tiers")
-            l2 = [100 * (r.hit_rate("l2_same") + r.hit_rate("l2_other")) for r in runs]
-            axes.plot(gb, l2, linestyle="--", color=line[0].get_color(), label=f"{routing}: L2")
-        axes.set_xlabel("L2 budget of the endpoint (GB)")
-        axes.set_ylabel("prompt tokens served from cache (%)")
-        axes.set_ylim(0, 100)
-        axes.set_title(f"Hit rate vs L2 size\n{title}", fontsize=9)
-        axes.legend(fontsize=7, ncol=2)
-        written.append(_save(figure, out_dir / "hit-rate-vs-l2.png"))
+    for key, (label, short) in SWEEP_PLOTS.items():
+        sizes = sorted({float(r.extra.get(key, 0.0)) for r in results})
+        if len(sizes) > 1:
+            written.append(
+                _sweep_plot(plt, results, firsts, key, sizes, label, title, out_dir / f"hit-rate-vs-{short}.png")
+            )
     return written
+
+
+def _sweep_plot(
+    plt: Any,
+    results: Sequence[SimResult],
+    firsts: dict[str, SimResult],
+    key: str,
+    sizes: list[float],
+    label: str,
+    title: str,
+    path: Path,
+) -> Path:
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    tier = "l1" if key == "l1_gib" else "l2"
+    for routing in firsts:
+        runs = sorted((r for r in results if r.routing == routing), key=lambda r: float(r.extra.get(key, 0.0)))
+        xs = [sizes.index(float(r.extra.get(key, 0.0))) for r in runs]
+        line = axes.plot(xs, [100 * r.hit_rate() for r in runs], marker="o", label=f"{routing}: all tiers")
+        if tier == "l1":
+            part = [100 * r.hit_rate("l1") for r in runs]
+        else:
+            part = [100 * (r.hit_rate("l2_same") + r.hit_rate("l2_other")) for r in runs]
+        axes.plot(xs, part, linestyle="--", color=line[0].get_color(), label=f"{routing}: {tier.upper()}")
+    # One evenly spaced, labelled tick per swept size (sweeps are often uneven: 0, 50, 100, 400, 1600).
+    axes.set_xticks(range(len(sizes)), [f"{s:,g}" for s in sizes], rotation=45 if len(sizes) > 6 else 0, fontsize=8)
+    axes.set_xlabel(f"{label}, one tick per size simulated")
+    axes.set_ylabel("prompt tokens served from cache (%)")
+    axes.set_ylim(0, 100)
+    axes.set_title(f"Hit rate vs {tier.upper()} size\n{title}", fontsize=9)
+    axes.legend(fontsize=7, ncol=2)
+    return _save(figure, path)
 
 
 def _save(figure: Any, path: Path) -> Path:

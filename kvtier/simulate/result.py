@@ -49,6 +49,7 @@ class SimResult:
     requests: int  # in the trace
     served: int
     skipped: int  # longer than max_model_len
+    skipped_tokens: int  # prompt tokens the skipped requests held
     tokens: TierTokens
     ttft_s: dict[str, float]  # p50, p90, p99, mean, max
     per_replica: tuple[ReplicaLoad, ...]
@@ -73,6 +74,18 @@ class SimResult:
         return rates
 
     @property
+    def skipped_token_share(self) -> float:
+        """Share of the trace's prompt tokens that skipped requests held."""
+        total = self.tokens.total + self.skipped_tokens
+        return self.skipped_tokens / total if total else 0.0
+
+    @property
+    def busiest_share(self) -> float:
+        """Share of served requests the busiest replica served."""
+        counts = [p.requests for p in self.per_replica]
+        return max(counts) / sum(counts) if counts and sum(counts) else 0.0
+
+    @property
     def balance(self) -> dict[str, float]:
         """max / mean over replicas (1.0 = perfectly even) of requests served and of busy time."""
         return {
@@ -84,6 +97,8 @@ class SimResult:
         data = asdict(self)
         data["hit_rates"] = self.hit_rates
         data["balance"] = self.balance
+        data["skipped_token_share"] = self.skipped_token_share
+        data["busiest_share"] = self.busiest_share
         return data
 
 
