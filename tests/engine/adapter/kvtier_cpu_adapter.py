@@ -1,0 +1,162 @@
+"""Test-only: lets stock LMCache 0.4.3 move KV between vLLM-CPU's paged cache and its memory objects.
+
+LMCache ships GPU, XPU and HPU connectors only; on vLLM's CPU platform `get_vllm_torch_dev` raises and LMCache falls
+back to recompute-only, storing nothing. This module supplies the three missing pieces, written from LMCache 0.4.3's
+and vLLM 0.32's source (docs/references.md, "Real engines on CPU"):
+- `CPUPagedConnector`: a `GPUConnectorInterface` that gathers and scatters with plain torch indexing. vLLM's CPU
+  attention keeps one tensor per layer shaped [num_blocks, num_kv_heads, block_size, 2 * head_size], whose view
+  [num_blocks, num_kv_heads, 2 * block_size, head_size] holds keys in the first block_size rows and values in the rest
+  (`vllm/v1/attention/backends/cpu_attn.py`). LMCache's memory objects are KV_2LTD:
+  [2, num_layers, num_tokens, num_kv_heads * head_size]. Slot s is block s // block_size, row s % block_size.
+- `get_vllm_torch_dev` on CPU: a device module stub (one device, no-op set_device).
+- `KVLayerGroupInfo.hidden_dim_size` for that 4-D shape (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes).
+Everything else (token hashing, chunking, L1, the fs:// backend, serde, file names) stays LMCache's own code.
+Loaded only into the test's engine processes, by sitecustomize.py on their PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import logging
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("kvtier.test_adapter")
+ACTIVE_LINE = "kvtier test adapter: CPU copy connector active"
+
+
+def _on_cpu() -> bool:
+    from vllm.platforms import current_platform
+
+    return bool(current_platform.is_cpu())
+
+
+def _slots(kwargs: dict[str, Any], start: int, end: int) -> torch.Tensor:
+    if "slot_mapping" not in kwargs:
+        raise ValueError("'slot_mapping' should be provided in kwargs")
+    slots: torch.Tensor = kwargs["slot_mapping"][start:end]
+    return slots.to(device="cpu", dtype=torch.long)
+
+
+def _layer_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """Each layer's cache as [blocks, heads, 2 * block_size, head_size], with its block size."""
+    views = []
+    for cache in kvcaches:
+        if cache.dim() != 4 or cache.shape[3] % 2:
+            raise ValueError(f"expected vLLM-CPU KV [blocks, heads, block_size, 2*head_size], got {tuple(cache.shape)}")
+        blocks, heads, block_size, packed = cache.shape
+        views.append((cache.view(blocks, heads, 2 * block_size, packed // 2), block_size))
+    return views
+
+
+class CPUPagedConnector:
+    """vLLM-CPU paged KV <-> LMCache KV_2LTD memory objects, by index gather/scatter (no kernels)."""
+
+    def __init__(self, num_layers: int, hidden_dim_size: int) -> None:
+        self.num_layers = num_layers
+        self.hidden_dim_size = hidden_dim_size
+        self.kvcaches: list[torch.Tensor] | None = None
+
+    @classmethod
+    def from_metadata(cls, metadata: Any) -> CPUPagedConnector:
+        num_layers, _, _, num_kv_heads, head_size = metadata.kv_shape
+        return cls(num_layers, num_kv_heads * head_size)
+
+    def initialize_kvcaches_ptr(self, **kwargs: Any) -> None:
+        if "kvcaches" in kwargs:
+            self.kvcaches = list(kwargs["kvcaches"])
+
+    def _caches(self, kwargs: dict[str, Any]) -> list[tuple[torch.Tensor, int]]:
+        self.initialize_kvcaches_ptr(**kwargs)
+        if self.kvcaches is None:
+            raise ValueError("kvcaches should be provided in kwargs or initialized beforehand")
+        return _layer_views(self.kvcaches)
+
+    def from_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        """vLLM's cache -> memory object (a store)."""
+        slots = _slots(kwargs, start, end)
+        out = memory_obj.tensor  # [2, layers, tokens, hidden]
+        for layer, (kv, block_size) in enumerate(self._caches(kwargs)):
+            blocks, rows = slots // block_size, slots % block_size
+            out[0, layer].copy_(kv[blocks, :, rows, :].reshape(len(slots), -1))
+            out[1, layer].copy_(kv[blocks, :, rows + block_size, :].reshape(len(slots), -1))
+
+    def to_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
+        """Memory object -> vLLM's cache (a retrieve); tokens vLLM already holds are left alone, as LMCache's CUDA
+        connector does (`skip_prefix_n_tokens`), since their blocks may be shared with running requests."""
+        skip = min(end - start, max(0, int(kwargs.get("vllm_cached_tokens", 0)) - start))
+        slots = _slots(kwargs, start + skip, end)
+        if len(slots) == 0:
+            return
+        data = memory_obj.tensor[:, :, skip:, :]
+        for layer, (kv, block_size) in enumerate(self._caches(kwargs)):
+            blocks, rows = slots // block_size, slots % block_size
+            heads, head_size = kv.shape[1], kv.shape[3]
+            kv[blocks, :, rows, :] = data[0, layer].reshape(len(slots), heads, head_size).to(kv.dtype)
+            kv[blocks, :, rows + block_size, :] = data[1, layer].reshape(len(slots), heads, head_size).to(kv.dtype)
+
+    def batched_from_gpu(self, memory_objs: Any, starts: list[int], ends: list[int], **kwargs: Any) -> None:
+        for memory_obj, start, end in zip(memory_objs, starts, ends, strict=True):
+            self.from_gpu(memory_obj, start, end, **kwargs)
+
+    def batched_to_gpu(
+        self, memory_objs: Any = None, starts: list[int] | None = None, ends: list[int] | None = None, **kwargs: Any
+    ) -> None:
+        for memory_obj, start, end in zip(memory_objs or [], starts or [], ends or [], strict=True):
+            self.to_gpu(memory_obj, start, end, **kwargs)
+
+    def get_shape(self, num_tokens: int) -> torch.Size:
+        return torch.Size([2, self.num_layers, num_tokens, self.hidden_dim_size])
+
+
+def patch_connector_factory(module: ModuleType) -> None:
+    """lmcache.v1.gpu_connector.CreateGPUConnector: our connector for vLLM on CPU, the original otherwise."""
+    from lmcache.utils import EngineType
+    from lmcache.v1.gpu_connector.gpu_connectors import GPUConnectorInterface
+
+    GPUConnectorInterface.register(CPUPagedConnector)
+    original = vars(module)["CreateGPUConnector"]
+
+    def create(config: Any, metadata: Any, engine: Any, layout_hints: Any = None) -> Any:
+        if engine == EngineType.VLLM and _on_cpu():
+            if config.use_layerwise:
+                raise RuntimeError("the kvtier CPU test adapter does not do layerwise transfer")
+            logger.warning("%s (kv_shape %s)", ACTIVE_LINE, tuple(metadata.kv_shape))
+            return CPUPagedConnector.from_metadata(metadata)
+        return original(config, metadata, engine, layout_hints=layout_hints)
+
+    vars(module)["CreateGPUConnector"] = create
+
+
+def patch_torch_dev(module: ModuleType) -> None:
+    """lmcache.integration.vllm.utils.get_vllm_torch_dev: a one-device stub on vLLM's CPU platform."""
+    original = vars(module)["get_vllm_torch_dev"]
+    cpu = SimpleNamespace(device_count=lambda: 1, set_device=lambda index: None)
+
+    def get_vllm_torch_dev() -> tuple[Any, str]:
+        if _on_cpu():
+            return cpu, "cpu"
+        return original()  # type: ignore[no-any-return]
+
+    vars(module)["get_vllm_torch_dev"] = get_vllm_torch_dev
+
+
+def patch_layer_groups(module: ModuleType) -> None:
+    """lmcache.v1.kv_layer_groups.KVLayerGroupInfo.hidden_dim_size: also vLLM-CPU's 4-D per-layer shape."""
+    info = vars(module)["KVLayerGroupInfo"]
+    original = info.hidden_dim_size
+
+    def hidden_dim_size(self: Any) -> int:
+        if len(self.shape) == 4:  # [blocks, kv_heads, block_size, 2 * head_size]
+            return int(self.shape[1] * (self.shape[3] // 2))
+        return int(original.fget(self))
+
+    info.hidden_dim_size = property(hidden_dim_size)
+
+
+PATCHES = {
+    "lmcache.v1.gpu_connector": patch_connector_factory,
+    "lmcache.integration.vllm.utils": patch_torch_dev,
+    "lmcache.v1.kv_layer_groups": patch_layer_groups,
+}

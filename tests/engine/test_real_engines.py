@@ -1,0 +1,66 @@
+"""Real vLLM (CPU build) + real LMCache engines with the settings kvtier renders: cross-replica L2 hits and misses.
+
+Collected only by `make test-engine` (marker `engine`): it needs the engine venv, whose python KVTIER_ENGINE_PYTHON
+names. The scenario (scenario.py) runs once per session; each test below checks one property of what it observed
+(checks.py). What this proves and what it does not: docs/development.md, "Real engines on CPU".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.engine import checks
+from tests.engine.report import write as write_section
+from tests.engine.scenario import Observed, scenario
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
+    python = os.environ.get("KVTIER_ENGINE_PYTHON")
+    if not python or not Path(python).exists():
+        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
+    workdir = Path(os.environ.get("KVTIER_ENGINE_WORKDIR") or tmp_path_factory.mktemp("engines"))
+    replicas_only = os.environ.get("KVTIER_ENGINE_SCOPE") == "replicas"
+    result = scenario(python, workdir, os.environ.get("KVTIER_ENGINE_BREAK") or None, replicas_only=replicas_only)
+    report = os.environ.get("KVTIER_ENGINE_REPORT")
+    if report:
+        Path(report).write_text(json.dumps(checks.as_json(result), indent=2, sort_keys=True), encoding="utf-8")
+    bench_doc = os.environ.get("KVTIER_ENGINE_BENCH_DOC")
+    if bench_doc:
+        write_section(Path(bench_doc), result)
+    yield result
+
+
+def test_replica_hits_every_full_chunk(observed: Observed) -> None:
+    checks.cross_replica_hit(observed, "B")
+
+
+def test_operator_pod_hits_every_full_chunk(observed: Observed) -> None:
+    checks.cross_replica_hit(observed, "E")
+
+
+def test_writer_stored_full_chunks_in_the_rendered_directory(observed: Observed) -> None:
+    checks.writer_stored(observed)
+
+
+def test_other_hash_seed_misses(observed: Observed) -> None:
+    checks.no_hit(observed, "C")
+
+
+def test_other_model_identity_misses(observed: Observed) -> None:
+    checks.other_identity(observed)
+
+
+def test_janitor_over_the_real_directory(observed: Observed) -> None:
+    checks.janitor(observed)
+
+
+def test_bench_sweep_saw_cross_replica_hits(observed: Observed) -> None:
+    checks.bench(observed)
