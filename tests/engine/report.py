@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 from datetime import UTC, datetime
 from pathlib import Path
@@ -60,17 +61,19 @@ def markdown(observed: Observed) -> str:
             f"| {row['length']} | {row.get('prompt_tokens')} | {_ms(row.get('cold_ttft_ms'))} | "
             f"{_ms(row.get('reused_ttft_ms'))} | {speedup} |"
         )
+    settings = observed.bench.get("settings", {})
+    names = {settings.get("write_url"): "A (write URL)", settings.get("read_url"): "B (read URL)"}
     for cache in observed.bench.get("cache", []):
         tiers = ", ".join(
             f"{k} {v.get('hit_tokens') or 0:g}/{v.get('query_tokens') or 0:g}"
             for k, v in cache.get("tiers", {}).items()
         )
-        lines.append(f"\nHits scraped by the bench at {cache.get('url')}: {tiers or 'none'}.")
+        lines.append(f"\nHits the bench scraped on {names.get(cache.get('url'), cache.get('url'))}: {tiers or 'none'}.")
     lines += [
         "",
         f"Timings: model build {t.get('model_build', 0):.0f} s; three engines started together in "
         f"{t.get('phase1_start', 0):.0f} s, two more in {t.get('phase2_start', 0):.0f} s; bench {t.get('bench', 0):.0f} s; "
-        f"whole scenario {t.get('scenario', 0):.0f} s.",
+        f"whole scenario {t.get('scenario', 0):.0f} s (load average {os.getloadavg()[0]:.0f} on this machine at the end).",
     ]
     return "\n".join(lines)
 

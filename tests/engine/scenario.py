@@ -96,6 +96,10 @@ def prompt_ids(seed: int, count: int = PROMPT_TOKENS) -> list[int]:
 
 
 def build_model(python: str, out: Path) -> float:
+    """Build the tiny model into `out`; a model already there (a reused KVTIER_ENGINE_WORKDIR) is kept, since the
+    build is deterministic from MODEL_SEED."""
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return 0.0
     started = time.monotonic()
     corpus_file = out.parent / "corpus.txt"
     corpus_file.write_text("\n".join(corpus(MODEL_SEED)), encoding="utf-8")
@@ -287,7 +291,7 @@ def scenario(python: str, workdir: Path, break_what: str | None, *, replicas_onl
     model_dir = workdir / "model"
     observed.timings_s["model_build"] = build_model(python, model_dir)
     l2_root = workdir / "l2"  # stands in for the LOB's Curvine volume, mounted at serving.L2_MOUNT_PATH
-    l2_root.mkdir()
+    l2_root.mkdir(exist_ok=False)
     rendered = renderings(config, break_what)
     prompt = prompt_ids(MODEL_SEED)
     served = endpoint.model.id
