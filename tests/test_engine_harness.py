@@ -4,6 +4,7 @@ it can inject, its checks on fake observations, its process handling and its ven
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from kvtier.rules import load_checked
 from tests.engine import checks, render
 from tests.engine.engines import EngineError, Engines, group_alive, metric_sum
 from tests.engine.scenario import BREAKS, ENDPOINT, ENV_NAME, LOB, Observed, Reading, renderings
-from tests.engine.venv import VenvError, local_wheel_dir, pip_find_links, probe, torch_pin, venv_key
+from tests.engine.venv import VenvError, local_wheel_dir, pip_find_links, probe, torch_pin, torch_source, venv_key
 from tests.support import CONFIG_DIR
 
 
@@ -213,3 +214,19 @@ def test_venv_fails_fast_on_an_unreachable_torch_index() -> None:
     with pytest.raises(VenvError, match="unreachable"):
         probe(f"http://127.0.0.1:{_free()}/whl/cpu", timeout_s=5)
     assert time.monotonic() - started < 30
+
+
+def test_torch_source_prefers_a_find_links_wheel_and_else_probes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").write_bytes(b"")
+    monkeypatch.setenv("PIP_CONFIG_FILE", os.devnull)  # only the environment's find-links count
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    assert torch_source("torch==2.13.0+cpu", "http://127.0.0.1:9/none") == ["--no-index", "--find-links", str(wheels)]
+    monkeypatch.delenv("PIP_FIND_LINKS")
+    started = time.monotonic()
+    with pytest.raises(VenvError, match="unreachable"):
+        torch_source("torch==2.13.0+cpu", f"http://127.0.0.1:{_free()}/whl/cpu")
+    assert time.monotonic() - started < 60

@@ -62,5 +62,5 @@ def test_janitor_over_the_real_directory(observed: Observed) -> None:
     checks.janitor(observed)
 
 
-def test_bench_sweep_saw_cross_replica_hits(observed: Observed) -> None:
+def test_bench_sweep_counts_external_hits(observed: Observed) -> None:
     checks.bench(observed)

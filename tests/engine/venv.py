@@ -110,22 +110,28 @@ def run(cmd: list[str], what: str, log: Path) -> None:
         raise VenvError(f"{what} failed (exit {done.returncode}): {last[0] if last else ''}; see {log}")
 
 
+def torch_source(pin: str, torch_index: str) -> list[str]:
+    """pip arguments that install `pin`: a find-links folder holding the wheel, else the (probed) index. Decided
+    before anything is built, so a missing source fails in seconds."""
+    config = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=False, timeout=60
+    ).stdout
+    wheels = local_wheel_dir(pip_find_links(config, dict(os.environ)), pin)
+    if wheels is not None:
+        return ["--no-index", "--find-links", wheels]
+    probe(torch_index)
+    return ["--index-url", torch_index]
+
+
 def build(venv: Path, lock: Path, torch_index: str) -> None:
     lock_text = lock.read_text(encoding="utf-8")
     pin = torch_pin(lock_text)
+    source = torch_source(pin, torch_index)
     log = venv.with_suffix(".log")
     log.write_text("", encoding="utf-8")
     run([sys.executable, "-m", "venv", str(venv)], "creating the venv", log)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", *PIP_NET]
-    config = subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "config", "list"], capture_output=True, text=True, check=False
-    ).stdout
-    wheels = local_wheel_dir(pip_find_links(config, dict(os.environ)), pin)
-    if wheels is not None:
-        run([*pip, "--no-deps", "--no-index", "--find-links", wheels, pin], f"installing {pin} from {wheels}", log)
-    else:
-        probe(torch_index)
-        run([*pip, "--no-deps", "--index-url", torch_index, pin], f"installing {pin} from {torch_index}", log)
+    run([*pip, "--no-deps", *source, pin], f"installing {pin} ({' '.join(source)})", log)
     rest = venv / "requirements-no-torch.txt"
     rest.write_text(
         "\n".join(line for line in lock_text.splitlines() if not line.strip().startswith("torch==")), encoding="utf-8"
