@@ -50,7 +50,8 @@ def markdown(observed: Observed) -> str:
     rows = observed.bench.get("details", {}).get("sweep", [])
     lines += [
         "",
-        "`kvtier bench sweep --write-url A --read-url B --lengths 1000,2000` (cold on A, then the same bytes on B):",
+        "`kvtier bench sweep` with A as the write URL and B as the read URL, lengths 1000 and 2000 (cold on A, "
+        "then the same bytes on B):",
         "",
         "| length | prompt tokens | cold TTFT ms (A) | reused TTFT ms (B) | speedup |",
         "|---:|---:|---:|---:|---:|",
