@@ -134,14 +134,14 @@ def broken(what: str | None) -> Iterator[None]:
         if what == "hash-seed":
             serving.HASH_SEED = "random"  # Python then picks a per-process seed, as with none at all
         elif what == "l2-url":
-            serving.l2_url = lambda endpoint, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{endpoint}/"  # type: ignore[assignment]
+            serving.l2_url = lambda endpoint, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{endpoint}/"
         else:
 
             def doubled(*args: Any, **kwargs: Any) -> dict[str, Any]:
                 config = original_config(*args, **kwargs)
                 return config | {"chunk_size": config["chunk_size"] * 2} if config else config
 
-            serving.lmcache_config = doubled  # type: ignore[assignment]
+            serving.lmcache_config = doubled
         import kvtier.k8s.operator_endpoint as operator_module
         import kvtier.k8s.standalone as standalone_module
 
@@ -157,7 +157,7 @@ def broken(what: str | None) -> Iterator[None]:
                 if value is not None:
                     module.lmcache_config = value  # type: ignore[attr-defined]
     finally:
-        serving.HASH_SEED, serving.l2_url, serving.lmcache_config = saved  # type: ignore[assignment]
+        serving.HASH_SEED, serving.l2_url, serving.lmcache_config = saved
 
 
 def other_identity(endpoint: Endpoint) -> tuple[Endpoint, str]:
