@@ -236,7 +236,11 @@ def run_bench(a: Engine, b: Engine, out: Path) -> dict[str, Any]:
 
 def run_janitor(root: Path, *args: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, str(JANITOR), str(root), *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, str(JANITOR), str(root), "--once", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
     if done.returncode != 0:
         raise EngineError(f"the janitor exited {done.returncode}: {done.stderr.strip()[-800:]}")
