@@ -100,11 +100,12 @@ def test_new_endpoint_fields_load(config_copy: Path) -> None:
     """`api`, `dtype` and `model.weights_version` (the L2 identity's inputs) load; defaults keep today's behaviour."""
     default = load_checked(CONFIG_DIR, "prod").lob("retail").endpoints[0]
     assert (default.api, default.dtype, default.model.weights_version) == ("chat", "auto", None)
-    _edit(
-        config_copy,
-        "retail",
-        lambda e: (e.update(api="completions", dtype="float16"), e["model"].update(weights_version="2026-12-01")),
-    )
+
+    def change(endpoint: dict[str, Any]) -> None:
+        endpoint.update(api="completions", dtype="float16")
+        endpoint["model"].update(weights_version="2026-12-01")
+
+    _edit(config_copy, "retail", change)
     endpoint = load_checked(config_copy, "prod").lob("retail").endpoints[0]
     assert (endpoint.api, endpoint.dtype, endpoint.model.weights_version) == ("completions", "float16", "2026-12-01")
 

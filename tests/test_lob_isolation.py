@@ -66,7 +66,7 @@ def _admit(container: dict[str, Any], limit_range: dict[str, Any], resource_quot
     return None
 
 
-SIDECARS = [  # sizes the operator does not publish: any of these may appear
+SIDECARS: list[dict[str, Any]] = [  # sizes the operator does not publish: any of these may appear
     {"name": "big-proxy", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
     {"name": "limited", "resources": {"limits": {"cpu": "50m", "memory": "64Mi"}}},
     {"name": "bare"},
