@@ -7,6 +7,10 @@ Refused unless `--allow-replacement`:
 - a change of the Curvine master count (Raft membership is fixed at first start; the chart refuses it upstream);
 - any change in an operator-mode endpoint's `intelligentRoutingSpec` (immutable once set, so the operator
   rejects the update; the endpoint must be replaced).
+
+Reported, never refused: an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
+image, ...: kvtier/serving.py). Its pods move to a new, empty L2 directory, so its L2 starts cold; the old one is
+left to the janitor.
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
+
 HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
 HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
 CURVINE_MASTERS = ("StatefulSet", "curvine", "curvine-master")
 IEC_KIND = "InferenceEndpointConfig"
+L2_IDENTITY_KINDS = (IEC_KIND, "Deployment")  # where the charts put the endpoint's identity (either mode)
 
 
 @dataclass(frozen=True)
@@ -134,4 +141,42 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
                         "immutable once set: the operator rejects the update; delete and recreate the endpoint",
                     )
                 )
+    return changes
+
+
+def _identities(template: dict[str, Any]) -> dict[tuple[str, str], tuple[str, dict[str, Any]]]:
+    """(namespace, endpoint) -> (L2 identity, its facts), from the endpoints' annotations."""
+    out: dict[tuple[str, str], tuple[str, dict[str, Any]]] = {}
+    for kind in L2_IDENTITY_KINDS:
+        for key, obj in _objects(template, kind).items():
+            notes = _dig(obj, ("metadata", "annotations")) or {}
+            if L2_IDENTITY_ANNOTATION in notes:
+                try:
+                    facts = json.loads(notes.get(L2_IDENTITY_FACTS_ANNOTATION, "{}"))
+                except json.JSONDecodeError:
+                    facts = {}
+                out[key] = (notes[L2_IDENTITY_ANNOTATION], facts if isinstance(facts, dict) else {})
+    return out
+
+
+def cold_starts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    """Endpoints whose L2 identity changed: they start on an empty L2 directory (a notice, not a refusal)."""
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        new = _identities(after[stack])
+        for key, (old_id, old_facts) in sorted(_identities(before[stack]).items()):
+            if key not in new or new[key][0] == old_id:
+                continue
+            new_id, new_facts = new[key]
+            moved = sorted(k for k in set(old_facts) | set(new_facts) if old_facts.get(k) != new_facts.get(k))
+            changes.append(
+                Change(
+                    stack,
+                    f"endpoint {key[0]}/{key[1]} L2 identity",
+                    old_id,
+                    new_id,
+                    f"L2 starts cold: {', '.join(moved) or 'its identity'} changed, so its pods write and read a new, "
+                    "empty L2 directory (the old KV is never served); the old directory is left to the janitor",
+                )
+            )
     return changes

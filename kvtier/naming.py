@@ -24,6 +24,12 @@ def l2_lob_path(env: str, lob: str) -> str:
     return f"/kvtier/{env}/{lob}"
 
 
+# On an endpoint's InferenceEndpointConfig or standalone Deployment: its L2 identity (the last part of its L2
+# directory, kvtier/serving.py) and the facts it digests, which `kvtier validate --previous` compares.
+L2_IDENTITY_ANNOTATION = "kvtier.io/l2-identity"
+L2_IDENTITY_FACTS_ANNOTATION = "kvtier.io/l2-identity-facts"
+
+
 def dist_dir(env: str, stack: str) -> str:
     return f"dist/{env}/{stack}"
 

@@ -16,12 +16,14 @@ staging buffer; the replica pins `l1_gb` in all.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from kvtier.catalog import LMCACHE_STAGING_GIB
-from kvtier.config.endpoint import CacheConfig, Endpoint
+from kvtier.config.endpoint import CacheConfig, Endpoint, HuggingFaceModel
+from kvtier.versions import STANDALONE_LMCACHE_VERSION
 
 ENV_PREFIX = "LMCACHE_"
 # Where pods mount their LOB's L2 volume (design "L2 layout").
@@ -37,6 +39,9 @@ SERDE = "naive"
 L2_STAGING_GB = LMCACHE_STAGING_GIB.value
 # Marks the vLLM container of an operator pod whose L2 Kyverno rewires to Curvine (read by the per-LOB Policy).
 L2_MARKER = "KVTIER_L2_BACKEND"
+# The endpoint's L2 identity on that container: the Policy builds the URL from it and the pod's `app` label.
+L2_IDENTITY_VAR = "KVTIER_L2_IDENTITY"
+L2_IDENTITY_CHARS = 12  # hex digits of SHA-256: 48 bits, so two identities of one endpoint never meet by chance
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
 PROMETHEUS_DIR = "/tmp"
 # kvaware: the LMCache controller inside the router (production-stack defaults: pull 9000, reply 9001, heartbeat 9002).
@@ -59,14 +64,49 @@ def env_name(key: str) -> str:
     return ENV_PREFIX + key.upper()
 
 
+def l2_identity_facts(endpoint: Endpoint) -> dict[str, Any]:
+    """Everything that makes an endpoint's KV incompatible with what it wrote before.
+
+    LMCache 0.4.3 names an L2 file `<--model>@<world_size>@<worker_id>@<chunk_hash>@<dtype>.data` (`CacheEngineKey`,
+    fs connector): operator pods always pass `--model /opt/ml/model`, and a new revision, re-uploaded weights or a
+    new image keep every key. So the L2 directory carries a digest of these facts instead (docs/l2.md).
+    """
+    model = endpoint.model
+    weights = model.revision if isinstance(model, HuggingFaceModel) else f"s3://{model.bucket}/{model.prefix}"
+    return {
+        "model": model.id,
+        "weights": weights,  # Hugging Face commit (None: the tip of main), or the S3 prefix
+        "weights_version": model.weights_version,
+        "dtype": endpoint.dtype,
+        "tensor_parallel": endpoint.tensor_parallel,
+        "chunk_size": endpoint.cache.chunk_size,
+        "serde": SERDE,
+        "hash_seed": HASH_SEED,
+        "lmcache": STANDALONE_LMCACHE_VERSION,  # the version kvtier's settings are written for
+        "image": endpoint.container_image,  # its LMCache and vLLM versions (chunk layout, hashing)
+    }
+
+
+def l2_identity(endpoint: Endpoint) -> str:
+    """A short digest of `l2_identity_facts`: a changed identity starts cold in a new directory."""
+    facts = json.dumps(l2_identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(facts.encode()).hexdigest()[:L2_IDENTITY_CHARS]
+
+
 def l2_subdir(endpoint: Endpoint) -> str:
-    """The endpoint's directory below its LOB's L2 root, the one the janitor keeps (design "L2 layout")."""
-    return endpoint.name
+    """`<endpoint>/<identity>`: where the endpoint writes, relative to its LOB's L2 volume (design "L2 layout")."""
+    return f"{endpoint.name}/{l2_identity(endpoint)}"
 
 
-def l2_url(endpoint: str) -> str:
-    """The endpoint's directory on its LOB's L2 volume; LMCache's URL parser needs a host and port (unused)."""
-    return f"fs://localhost:0{L2_MOUNT_PATH}/{endpoint}/"
+def l2_dir_url(subdir: str) -> str:
+    """The URL of a directory on the LOB's L2 volume; LMCache's URL parser needs a host and port (unused).
+    `subdir` may hold policy variables (the Kyverno rewiring)."""
+    return f"fs://localhost:0{L2_MOUNT_PATH}/{subdir}/"
+
+
+def l2_url(endpoint: Endpoint) -> str:
+    """The endpoint's LMCache `remote_url`."""
+    return l2_dir_url(l2_subdir(endpoint))
 
 
 @dataclass(frozen=True)
@@ -97,12 +137,13 @@ def rank_cpu_size_gib(cache: CacheConfig, tensor_parallel: int) -> float:
 
 
 def lmcache_config(
-    cache: CacheConfig, endpoint: str, controller: Controller | None = None, *, tensor_parallel: int | None = None
+    cache: CacheConfig, l2_dir: str, controller: Controller | None = None, *, tensor_parallel: int | None = None
 ) -> dict[str, Any]:
     """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2.
 
-    `remote_url` is set for `l2: curvine` only; for `tieredstorage` the operator injects its own. `tensor_parallel`
-    is the endpoint's (ranks per replica); it defaults to the controller's, else 1.
+    `remote_url` (the directory `l2_dir` of the L2 volume, `l2_subdir`) is set for `l2: curvine` only; for
+    `tieredstorage` the operator injects its own. `tensor_parallel` is the endpoint's (ranks per replica); it
+    defaults to the controller's, else 1.
     """
     if controller is not None and tensor_parallel is not None and controller.tensor_parallel != tensor_parallel:
         raise ValueError(
@@ -120,7 +161,7 @@ def lmcache_config(
         "remote_serde": SERDE,
     }
     if cache.l2 == "curvine":
-        config["remote_url"] = l2_url(endpoint)
+        config["remote_url"] = l2_dir_url(l2_dir)
     if controller is not None:
         config |= {
             "enable_controller": True,
@@ -151,8 +192,8 @@ def hash_seed_env() -> dict[str, str]:
     return {"name": "PYTHONHASHSEED", "value": HASH_SEED}
 
 
-def rewire_env(endpoint: str) -> list[dict[str, str]]:
-    """What the Kyverno policy sets on an operator pod for `l2: curvine` (`endpoint` may be a policy variable)."""
-    config = lmcache_config(CacheConfig(l2="curvine"), endpoint)
+def rewire_env(l2_dir: str) -> list[dict[str, str]]:
+    """What the Kyverno policy sets on an operator pod for `l2: curvine` (`l2_dir` holds policy variables)."""
+    config = lmcache_config(CacheConfig(l2="curvine"), l2_dir)
     keys = {"remote_url", "remote_serde"}
     return [*lmcache_env({k: v for k, v in config.items() if k in keys}), hash_seed_env()]

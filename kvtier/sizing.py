@@ -38,8 +38,7 @@ class WorkerSize:
     memory_gib: int
 
     def resources(self) -> dict[str, Any]:
-        """Kubernetes `resources`, limits equal to requests: Guaranteed QoS (the pinned L1 is never overcommitted), and
-        the LOB quota's `limits.cpu` is met without the LimitRange's small default CPU limit."""
+        """Kubernetes `resources`, limits equal to requests: Guaranteed QoS (the pinned L1 is never overcommitted)."""
         values = {"cpu": str(self.cpu), "memory": f"{self.memory_gib}Gi", GPU_RESOURCE: str(self.gpus)}
         return {"requests": dict(values), "limits": dict(values)}
 

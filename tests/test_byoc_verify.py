@@ -21,7 +21,7 @@ from kvtier.ops import kube
 from kvtier.ops.verify import Finding, Snapshot, pod_problems, verify
 from kvtier.placement import node_selector
 from kvtier.rules import load_checked
-from kvtier.serving import rewire_env
+from kvtier.serving import l2_subdir, l2_url, rewire_env
 from tests.support import CONFIG_DIR
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
@@ -60,7 +60,7 @@ def test_broken_cluster_reports_each_silent_failure(dev: Config) -> None:
     first = problems["retail/qwen3-8b pod qwen3-8b-7d9f8c6b5-k2x9p"]
     assert "2 LMCACHE_REMOTE_URL entries" in first and "sagemaker-hyperpod://" in first
     second = problems["retail/qwen3-8b pod qwen3-8b-7d9f8c6b5-m4q7z"]
-    assert "not this endpoint's L2 directory 'fs://localhost:0/mnt/kvtier/l2/qwen3-8b/'" in second
+    assert f"not this endpoint's L2 directory '{l2_url(dev.lobs[0].endpoints[0])}'" in second
     assert "not mounted once at /mnt/kvtier/l2" in second
     assert "PYTHONHASHSEED is not set" in second
     assert "LMCACHE_REMOTE_SERDE is 'cachegen'" in second
@@ -122,7 +122,7 @@ def test_an_operator_pod_as_the_kyverno_policy_leaves_it_passes(dev: Config) -> 
     endpoint = dev.lobs[0].endpoints[0]
     env = {e["name"]: e for e in worker_env(endpoint)}
     env["LMCACHE_REMOTE_URL"] = {"name": "LMCACHE_REMOTE_URL", "value": "sagemaker-hyperpod://$(NODE_IP):9200"}
-    env.update({e["name"]: e for e in rewire_env(endpoint.name)})  # strategic merge: env entries by name
+    env.update({e["name"]: e for e in rewire_env(l2_subdir(endpoint))})  # strategic merge: env entries by name
     container = {
         "name": endpoint.name,
         "env": list(env.values()),
@@ -135,6 +135,22 @@ def test_an_operator_pod_as_the_kyverno_policy_leaves_it_passes(dev: Config) -> 
     before = dict(container, env=[*worker_env(endpoint), operator_url], volumeMounts=[])
     problems = pod_problems(endpoint, _pod([before], []))
     assert len(problems) == 2 and "not this endpoint's L2 directory" in problems[0]
+
+
+def test_a_pod_left_on_an_old_identity_is_reported(dev: Config) -> None:
+    """After a model change, a pod still writing the old model's directory is not this endpoint's L2 any more."""
+    endpoint = dev.lobs[0].endpoints[0]
+    old = endpoint.model_copy(update={"model": endpoint.model.model_copy(update={"revision": "b" * 40})})
+    env = {e["name"]: e for e in [*worker_env(old), *rewire_env(l2_subdir(old))]}  # as the Policy left it
+    container = {
+        "name": endpoint.name,
+        "env": list(env.values()),
+        "volumeMounts": [{"name": "kvtier-l2", "mountPath": "/mnt/kvtier/l2"}],
+    }
+    volumes = [{"name": "kvtier-l2", "persistentVolumeClaim": {"claimName": "l2-cache"}}]
+    assert pod_problems(old, _pod([container], volumes)) == []
+    (problem,) = pod_problems(endpoint, _pod([container], volumes))
+    assert l2_url(old) in problem and l2_url(endpoint) in problem and "current identity" in problem
 
 
 def test_a_standalone_pod_as_the_chart_renders_it_passes(dev: Config) -> None:

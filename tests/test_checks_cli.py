@@ -36,7 +36,7 @@ def test_validate_prints_file_field_and_fix(config_copy: Path, capsys: pytest.Ca
     assert match is not None
     assert match["file"] == str(config_copy / "lobs" / "retail.yaml")
     assert match["field"] == "gpu_quota"
-    assert "raise gpu_quota to at least 2" in match["allowed"]
+    assert "raise gpu_quota to at least 3" in match["allowed"]
 
 
 def test_validate_json_lists_the_same_problem(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -49,16 +49,17 @@ def test_validate_json_lists_the_same_problem(config_copy: Path, capsys: pytest.
     assert [e["field"] for e in data["errors"]] == ["gpu_quota"]
 
 
-def test_warnings_print_and_exit_zero(capsys: pytest.CaptureFixture[str]) -> None:
-    from tests.support import CONFIG_DIR
-
-    assert cli(["validate", "-e", "dev", "--config-dir", str(CONFIG_DIR)]) == 0
+def test_warnings_print_and_exit_zero(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = config_copy / "environments" / "dev.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["hyperpod"]["instance_groups"][1]["count"] = 2  # the 2 retail replicas hold every GPU: no room to roll
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert cli(["validate", "-e", "dev", "--config-dir", str(config_copy)]) == 0
     out, err = capsys.readouterr()
     assert "configuration is valid" in out
-    warning = err.strip().splitlines()
-    assert len(warning) == 1 and warning[0].startswith("warning: ")
-    assert LINE.match(warning[0].removeprefix("warning: "))
-    assert "rolling update stalls" in warning[0]
+    warnings = err.strip().splitlines()
+    assert warnings and all(w.startswith("warning: ") and LINE.match(w.removeprefix("warning: ")) for w in warnings)
+    assert any("rolling update stalls" in w for w in warnings)
 
 
 def test_synth_prints_the_same_lines(

@@ -85,7 +85,7 @@ def l1_room_gib(ram_gib: float = 128, tiered_percent: int = 20, tp: int = 1) -> 
     return ram_gib - ram_gib * tiered_percent / 100 - SYSTEM_RESERVE_GIB.value - curvine_gib() - vllm
 
 
-def curvine_pool_gb(nodes: int = 2) -> float:
+def curvine_pool_gb(nodes: int) -> float:
     curvine = CurvineConfig()
     return nodes * (curvine.worker_data_gb - curvine.worker_reserved_gb) * GIB / GB
 
@@ -103,7 +103,7 @@ def custom_model(attention_heads: int, kv_heads: int, tp: int) -> Callable[[Doc]
     """Retail serves `acme/Model-7B`, described in the LOB file, at tensor_parallel `tp` on ml.g6e.12xlarge."""
 
     def change(doc: Doc) -> None:
-        doc["gpu_quota"] = 4
+        doc["gpu_quota"] = 2 * tp  # one replica and the pod a rolling update adds
         doc["models"] = {
             "acme/Model-7B": {
                 "layers": 28,
@@ -168,11 +168,14 @@ CASES = [
         both(
             dev_env(lambda d: gpu_group(d).update(instance_type="ml.g6e.12xlarge", count=1)),
             retail(
-                lambda d: endpoint(d).update(
-                    model={"id": "Qwen/Qwen3-32B", "source": "huggingface"},
-                    instance_type="ml.g6e.12xlarge",
-                    tensor_parallel=2,
-                    replicas=1,
+                lambda d: (
+                    d.update(gpu_quota=4),  # one TP 2 replica and its rolling-update pod
+                    endpoint(d).update(
+                        model={"id": "Qwen/Qwen3-32B", "source": "huggingface"},
+                        instance_type="ml.g6e.12xlarge",
+                        tensor_parallel=2,
+                        replicas=1,
+                    ),
                 )
             ),
         ),
@@ -220,10 +223,28 @@ CASES = [
         "replicas x TP above the LOB's GPU quota",
         "dev",
         retail(lambda d: d.update(gpu_quota=1)),
-        retail(lambda d: d.update(gpu_quota=2)),
+        retail(lambda d: d.update(gpu_quota=3)),
         "lobs/retail.yaml",
         "gpu_quota",
-        "need 2",
+        "need 3",
+    ),
+    Case(
+        "operator quota with no room for the rolling-update pod",
+        "dev",
+        retail(lambda d: d.update(gpu_quota=2)),
+        unchanged,
+        "lobs/retail.yaml",
+        "gpu_quota",
+        "plus one rolling-update pod each (qwen3-8b 2 + 1 surge x TP 1)",
+    ),
+    Case(
+        "standalone endpoints never surge: their quota is replicas x TP",
+        "prod",
+        support(lambda d: d.update(gpu_quota=1)),
+        support(lambda d: d.update(gpu_quota=2)),
+        "lobs/support.yaml",
+        "gpu_quota",
+        "need 2 at their maximum replicas (",
     ),
     Case(
         "autoscaling maximum above the LOB's GPU quota",
@@ -232,19 +253,19 @@ CASES = [
         retail(lambda d: endpoint(d).update(autoscaling={"min_replicas": 1, "max_replicas": 2, "trigger": TRIGGER})),
         "lobs/retail.yaml",
         "gpu_quota",
-        "need 3",
+        "need 4",
     ),
     Case(
         "all LOBs above the GPU instance groups",
         "dev",
-        retail(lambda d: (d.update(gpu_quota=3), endpoint(d).update(replicas=3))),
+        retail(lambda d: (d.update(gpu_quota=5), endpoint(d).update(replicas=4))),
         both(
-            dev_env(lambda d: gpu_group(d).update(count=3)),
-            retail(lambda d: (d.update(gpu_quota=3), endpoint(d).update(replicas=3))),
+            dev_env(lambda d: gpu_group(d).update(count=4)),
+            retail(lambda d: (d.update(gpu_quota=5), endpoint(d).update(replicas=4))),
         ),
         "environments/dev.yaml",
         "hyperpod.instance_groups[1].count",
-        "need 3",
+        "need 4",
     ),
     Case(
         "endpoint instance type that no gpu group has",
@@ -293,8 +314,8 @@ CASES = [
     Case(
         "LOB L2 budgets above the Curvine pool",
         "dev",
-        retail(lambda d: d["l2"].update(budget_gb=int(curvine_pool_gb()) + 1)),
-        retail(lambda d: d["l2"].update(budget_gb=int(curvine_pool_gb()))),
+        retail(lambda d: d["l2"].update(budget_gb=int(curvine_pool_gb(3)) + 1)),
+        retail(lambda d: d["l2"].update(budget_gb=int(curvine_pool_gb(3)))),
         "environments/dev.yaml",
         "curvine.worker_data_gb",
         "L2 budgets add up to",
@@ -311,11 +332,33 @@ CASES = [
     Case(
         "kvaware in standalone mode with the default image",
         "prod",
-        support(lambda d: endpoint(d).update(routing="kvaware")),
-        support(lambda d: endpoint(d).update(routing="kvaware", image="lmcache/vllm-openai:v0.3.9post2")),
+        support(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
+        support(
+            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
+        ),
         "lobs/support.yaml",
         "endpoints[0].routing",
         "would not route by cache",
+    ),
+    Case(
+        "kvaware on a chat endpoint (operator mode)",
+        "dev",
+        retail(lambda d: endpoint(d).update(routing="kvaware")),
+        retail(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
+        "lobs/retail.yaml",
+        "endpoints[0].routing",
+        "`prompt` field only",
+    ),
+    Case(
+        "kvaware on a chat endpoint (standalone mode, any image)",
+        "prod",
+        support(lambda d: endpoint(d).update(routing="kvaware", image="lmcache/vllm-openai:v0.3.9post2")),
+        support(
+            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
+        ),
+        "lobs/support.yaml",
+        "endpoints[0].routing",
+        "`prompt` field only",
     ),
     Case(
         "operator-mode Curvine L2 without Tiered Storage",
@@ -375,9 +418,9 @@ def test_every_example_environment_passes_the_checks() -> None:
     envs = available_envs(CONFIG_DIR)
     assert {"dev", "prod"} <= set(envs)
     for env in envs:
-        load_checked(CONFIG_DIR, env)  # raises ConfigError with every problem if a check rejects an example
-    dev = load_checked(CONFIG_DIR, "dev")  # 2 operator replicas on 2 GPUs: the design's rolling-update warning
-    assert any(w.field == "endpoints[0].replicas" and "rolling update" in w.problem for w in dev.warnings)
+        config = load_checked(CONFIG_DIR, env)  # raises ConfigError with every problem if a check rejects an example
+        # Examples are what users copy: not even a warning (a rollout that stalls, kvaware on chat, ...).
+        assert config.warnings == (), (env, [str(w) for w in config.warnings])
 
 
 # --- Warnings: exit 0, printed -----------------------------------------------------------------------------------
@@ -398,8 +441,8 @@ WARNINGS = [
     WarningCase(
         "operator endpoint holding every GPU of its group",
         "dev",
+        dev_env(lambda d: gpu_group(d).update(count=2)),
         unchanged,
-        dev_env(lambda d: gpu_group(d).update(count=3)),
         "lobs/retail.yaml",
         "endpoints[0].replicas",
         "rolling update stalls",
@@ -434,8 +477,8 @@ WARNINGS = [
     WarningCase(
         "GPU quotas above the GPUs of the environment",
         "dev",
+        retail(lambda d: d.update(gpu_quota=4)),
         retail(lambda d: d.update(gpu_quota=3)),
-        retail(lambda d: d.update(gpu_quota=2)),
         "environments/dev.yaml",
         "lobs",
         "starve",
@@ -443,15 +486,20 @@ WARNINGS = [
     WarningCase(
         "two endpoints of one LOB serving the same model",
         "prod",
-        support(lambda d: d["endpoints"].append(dict(endpoint(d), name="llama31-8b-b", replicas=1))),
         support(
-            lambda d: d["endpoints"].append(
-                dict(
-                    endpoint(d),
-                    name="mistral-7b",
-                    replicas=1,
-                    model={"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"},
-                )
+            lambda d: (d.update(gpu_quota=3), d["endpoints"].append(dict(endpoint(d), name="llama31-8b-b", replicas=1)))
+        ),
+        support(
+            lambda d: (
+                d.update(gpu_quota=3),
+                d["endpoints"].append(
+                    dict(
+                        endpoint(d),
+                        name="mistral-7b",
+                        replicas=1,
+                        model={"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"},
+                    )
+                ),
             )
         ),
         "lobs/support.yaml",
@@ -459,18 +507,11 @@ WARNINGS = [
         "own L2 directory",
     ),
     WarningCase(
-        "kvaware in operator mode (prompts only, not chat)",
-        "dev",
-        retail(lambda d: endpoint(d).update(routing="kvaware")),
-        retail(lambda d: endpoint(d).update(routing="session")),
-        "lobs/retail.yaml",
-        "endpoints[0].routing",
-        "chat requests",
-    ),
-    WarningCase(
         "kvaware in standalone mode with a custom image",
         "prod",
-        support(lambda d: endpoint(d).update(routing="kvaware", image="lmcache/vllm-openai:v0.3.9post2")),
+        support(
+            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
+        ),
         support(lambda d: endpoint(d).update(routing="prefixaware", image="lmcache/vllm-openai:v0.3.9post2")),
         "lobs/support.yaml",
         "endpoints[0].routing",

@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from kvtier.cli import main as cli
-from kvtier.day2 import CURVINE_MASTERS, IEC_KIND, compare, manifests
+from kvtier.day2 import CURVINE_MASTERS, IEC_KIND, cold_starts, compare, manifests
+from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
 from tests.support import Synth
 
 
@@ -110,6 +111,46 @@ def test_guard_on_real_synths(dev: Synth, config_copy: Path, capsys: pytest.Capt
     assert "allowed: kvtier-dev-cluster: HyperPod ClusterName" in capsys.readouterr().err
 
 
+def _with_identity(obj: dict[str, Any], identity: str, **facts: Any) -> dict[str, Any]:
+    notes = {L2_IDENTITY_ANNOTATION: identity, L2_IDENTITY_FACTS_ANNOTATION: json.dumps(facts)}
+    return {**obj, "metadata": {**obj["metadata"], "annotations": notes}}
+
+
+STANDALONE = {"kind": "Deployment", "metadata": {"name": "llama31-8b", "namespace": "kvtier-support"}, "spec": {}}
+
+
+def test_a_changed_l2_identity_is_a_notice_naming_what_changed() -> None:
+    before = [_with_identity(IEC, "aaaaaaaaaaaa", model="m", dtype="auto"), _with_identity(STANDALONE, "cccccccccccc")]
+    after = [
+        _with_identity(IEC, "bbbbbbbbbbbb", model="m", dtype="float16"),
+        _with_identity(STANDALONE, "dddddddddddd"),
+    ]
+    old, new = {"p": _template(objects=before)}, {"p": _template(objects=after)}
+    iec, deployment = cold_starts(old, new)
+    assert iec.what == "endpoint kvtier-retail/qwen3-8b L2 identity" and (iec.before, iec.after) == (
+        "aaaaaaaaaaaa",
+        "bbbbbbbbbbbb",
+    )
+    assert iec.why.startswith("L2 starts cold: dtype changed")
+    assert deployment.what == "endpoint kvtier-support/llama31-8b L2 identity"
+    assert compare(old, new) == []  # never refused
+    assert cold_starts(old, old) == []
+    assert cold_starts(old, {"p": _template(objects=[])}) == []  # a removed endpoint is not a cold start
+
+
+def test_a_model_change_starts_cold_on_real_synths(
+    dev: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_copy / "lobs" / "retail.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["endpoints"][0]["model"]["weights_version"] = "2026-12-02"  # weights re-uploaded under the same id
+    path.write_text(yaml.safe_dump(data))
+    assert cli(["validate", "--config-dir", str(config_copy), "--previous", str(dev.outdir)]) == 0
+    err = capsys.readouterr().err
+    assert "notice: kvtier-dev-retail: endpoint kvtier-retail/qwen3-8b L2 identity" in err
+    assert "L2 starts cold: weights_version changed" in err and "refused" not in err
+
+
 def test_previous_must_be_a_synth_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert cli(["validate", "--previous", str(tmp_path)]) == 2
     assert "not a cdk.out folder" in capsys.readouterr().err
@@ -140,6 +181,7 @@ def test_the_guard_sees_the_real_objects_it_watches(dev: Synth) -> None:
     assert any((o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]) == CURVINE_MASTERS for o in platform)
     retail = list(manifests(dev.templates["kvtier-dev-retail"]))
     assert any(o["kind"] == IEC_KIND and "intelligentRoutingSpec" in o["spec"] for o in retail)
+    assert any(L2_IDENTITY_ANNOTATION in o["metadata"].get("annotations", {}) for o in retail if o["kind"] == IEC_KIND)
 
 
 def test_previous_synth_of_another_environment_is_refused(prod: Synth, capsys: pytest.CaptureFixture[str]) -> None:

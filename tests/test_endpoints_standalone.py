@@ -17,7 +17,7 @@ from kvtier.k8s.router import add_router, router_objects
 from kvtier.k8s.standalone import add_standalone_engine, engine_deployment, lmcache_config_map
 from kvtier.naming import MODEL_READER_SA
 from kvtier.rules import load_checked
-from kvtier.serving import SESSION_HEADER
+from kvtier.serving import SESSION_HEADER, l2_identity
 from kvtier.versions import ROUTER_IMAGE, STANDALONE_VLLM_IMAGE
 from tests.validation import validate_k8s
 
@@ -98,9 +98,10 @@ def test_engine_deployment(prod: Config) -> None:
     assert {"name": "http", "containerPort": 8000} in container["ports"]
 
 
-def test_config_map_holds_the_endpoint_directory(prod: Config) -> None:
-    data = yaml.safe_load(lmcache_config_map("support", _support(prod))["data"]["lmcache.yaml"])
-    assert data["remote_url"] == "fs://localhost:0/mnt/kvtier/l2/llama31-8b/"
+def test_config_map_holds_the_endpoint_identity_directory(prod: Config) -> None:
+    endpoint = _support(prod)
+    data = yaml.safe_load(lmcache_config_map("support", endpoint)["data"]["lmcache.yaml"])
+    assert data["remote_url"] == f"fs://localhost:0/mnt/kvtier/l2/llama31-8b/{l2_identity(endpoint)}/"
     assert data["max_local_cpu_size"] == 24.0 and data["remote_serde"] == "naive"
 
 

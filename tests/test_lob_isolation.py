@@ -1,7 +1,11 @@
-"""LOB fences: quota arithmetic, schema validity, and an emulation of the NetworkPolicies on sample flows.
+"""LOB fences: quota arithmetic, schema validity, an emulation of the NetworkPolicies on sample flows, and an emulation
+of how the LimitRange and the quota admit containers kvtier does not render.
 
 No API server runs offline, so `_allowed` below evaluates NetworkPolicy ingress rules the way the Kubernetes API
-documents them (union of policies selecting the pod; a rule matches when any peer matches and any port matches).
+documents them (union of policies selecting the pod; a rule matches when any peer matches and any port matches), and
+`_admit` applies, in the API server's order, pod defaulting (requests = limits where only limits are set,
+`SetDefaults_Pod`), the LimitRanger's defaults, the request <= limit validation and the quota's rule that every
+container must state each resource the quota tracks.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from kvtier.config.curvine import cpu_millis, memory_bytes
 from kvtier.config.loader import Config
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.isolation import add_isolation, load_balancer_cidrs, network_policies, quota
@@ -30,6 +35,60 @@ def test_quota_follows_the_rule(prod_config: Config) -> None:
     # ml.g6e.4xlarge: 16 vCPU and 128 GiB per GPU; plus 8 CPU / 16 GiB for routers, janitor and benchmarks.
     assert hard["requests.cpu"] == str(retail.gpu_quota * 16 + 8)
     assert hard["requests.memory"] == f"{retail.gpu_quota * 128 + 16}Gi"
+
+
+def _fences(config: Config, lob: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    chart = KvtierChart(chart_app(), f"fences-{lob}")
+    add_isolation(chart, config.env, config.lob(lob))
+    objects = {o["kind"]: o for o in chart.manifests()}
+    return objects["LimitRange"], objects["ResourceQuota"]
+
+
+def _admit(container: dict[str, Any], limit_range: dict[str, Any], resource_quota: dict[str, Any]) -> str | None:
+    """Why the API server would reject this container in the LOB namespace, or None (module doc)."""
+    resources = {k: dict(v) for k, v in container.get("resources", {}).items()}
+    limits, requests = resources.setdefault("limits", {}), resources.setdefault("requests", {})
+    if limits and not requests:
+        requests.update(limits)  # SetDefaults_Pod
+    (item,) = limit_range["spec"]["limits"]
+    for name, value in item.get("default", {}).items():
+        limits.setdefault(name, value)
+    for name, value in item.get("defaultRequest", {}).items():
+        requests.setdefault(name, value)
+    for name, limit in limits.items():
+        amount = cpu_millis if name == "cpu" else memory_bytes
+        if name in requests and amount(requests[name]) > amount(limit):
+            return f"{name} request {requests[name]} exceeds its limit {limit}"
+    for tracked in resource_quota["spec"]["hard"]:
+        kind, _, name = tracked.partition(".")
+        if name in ("cpu", "memory") and name not in (limits if kind == "limits" else requests):
+            return f"must specify {tracked}"
+    return None
+
+
+SIDECARS: list[dict[str, Any]] = [  # sizes the operator does not publish: any of these may appear
+    {"name": "big-proxy", "resources": {"requests": {"cpu": "2", "memory": "4Gi"}}},
+    {"name": "limited", "resources": {"limits": {"cpu": "50m", "memory": "64Mi"}}},
+    {"name": "bare"},
+    {"name": "memory-only", "resources": {"requests": {"memory": "3Gi"}}},
+]
+
+
+@pytest.mark.parametrize("container", SIDECARS, ids=[c["name"] for c in SIDECARS])
+def test_no_default_can_reject_a_container_kvtier_does_not_render(
+    prod_config: Config, container: dict[str, Any]
+) -> None:
+    limit_range, resource_quota = _fences(prod_config, "retail")
+    assert _admit(container, limit_range, resource_quota) is None
+    assert not any(k.startswith("limits.") for k in resource_quota["spec"]["hard"])  # the quota counts requests
+
+
+def test_the_emulation_rejects_what_default_limits_would() -> None:
+    """With default limits (what kvtier had), a sidecar asking more than them is refused: the emulation sees it."""
+    old_range = {"spec": {"limits": [{"type": "Container", "default": {"cpu": "1", "memory": "1Gi"}}]}}
+    old_quota = {"spec": {"hard": {"requests.cpu": "40", "limits.cpu": "40"}}}
+    assert _admit(SIDECARS[0], old_range, old_quota) == "cpu request 2 exceeds its limit 1"
+    assert _admit({"name": "bare"}, {"spec": {"limits": [{}]}}, old_quota) == "must specify requests.cpu"
 
 
 def test_isolation_objects_validate(prod_config: Config) -> None:

@@ -174,7 +174,7 @@ def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixtu
     env_path.write_text(yaml.safe_dump(env))
     assert cli(["plan", "--config-dir", str(config_copy), "--json"]) == 0
     total = json.loads(capsys.readouterr().out)["environment"]["total_price"]
-    known = 2 * _price("ml.g6e.4xlarge")
+    known = 3 * _price("ml.g6e.4xlarge")  # the dev GPU group
     assert total["per_hour"] is None and total["unknown"] == ["ml.m5.8xlarge"]
     assert total["known_part_per_hour"] == pytest.approx(known)
     assert total["known_part_per_month"] == pytest.approx(known * 730)

@@ -240,6 +240,7 @@ def test_l2_shares_split_the_lob_budget(config_copy: Path) -> None:
     second = dict(doc["endpoints"][0], name="mistral-7b", replicas=1)
     second["model"] = {"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"}
     doc["endpoints"].append(second)
+    doc["gpu_quota"] = 3
     path.write_text(yaml.safe_dump(doc))
     config = load_checked(config_copy, "prod")
     for name in ("llama31-8b", "mistral-7b"):

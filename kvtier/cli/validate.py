@@ -2,7 +2,7 @@
 
 With `--previous <cdk.out>`, also synthesize and compare with that earlier synth: changes that replace the
 HyperPod cluster, change the Curvine master count or touch an operator endpoint's routing are refused (exit 1)
-unless `--allow-replacement`.
+unless `--allow-replacement`. Endpoints whose L2 identity changes are reported as "L2 starts cold" (a notice).
 """
 
 from __future__ import annotations
@@ -31,8 +31,9 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _day2(config: Config, previous: Path) -> list[str]:
-    from kvtier.day2 import compare, templates
+def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
+    """(refusable changes, notices)."""
+    from kvtier.day2 import cold_starts, compare, templates
 
     if not (previous / "manifest.json").is_file():
         raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
@@ -52,7 +53,7 @@ def _day2(config: Config, previous: Path) -> list[str]:
             f"{previous}: its stacks ({', '.join(sorted(before)) or 'none'}) are not this environment's "
             f"({', '.join(sorted(after))}); pass a synth of environment {config.env.name}"
         )
-    return [str(c) for c in compare(before, after)]
+    return [str(c) for c in compare(before, after)], [str(c) for c in cold_starts(before, after)]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,18 +61,34 @@ def run(args: argparse.Namespace) -> int:
         config = load_from_args(args)
     except ConfigError as err:
         if args.json:
-            print_json({"valid": False, "errors": [vars(p) for p in err.problems], "warnings": [], "changes": []})
+            print_json(
+                {
+                    "valid": False,
+                    "errors": [vars(p) for p in err.problems],
+                    "warnings": [],
+                    "changes": [],
+                    "notices": [],
+                }
+            )
             return int(ExitCode.USAGE)
         raise
-    changes = _day2(config, args.previous) if args.previous else []
+    changes, notices = _day2(config, args.previous) if args.previous else ([], [])
     refused = bool(changes) and not args.allow_replacement
     if args.json:
         print_json(
-            {"valid": not refused, "errors": [], "warnings": [vars(p) for p in config.warnings], "changes": changes}
+            {
+                "valid": not refused,
+                "errors": [],
+                "warnings": [vars(p) for p in config.warnings],
+                "changes": changes,
+                "notices": notices,
+            }
         )
         return int(ExitCode.PROBLEMS if refused else ExitCode.OK)
     for warning in config.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for notice in notices:
+        print(f"notice: {notice}", file=sys.stderr)
     for change in changes:
         print(f"{'refused' if refused else 'allowed'}: {change}", file=sys.stderr)
     if refused:

@@ -16,10 +16,16 @@ from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 ENDPOINT_NAME_MAX = 28
 Routing = Literal["prefixaware", "kvaware", "session", "roundrobin"]
 Mode = Literal["operator", "standalone"]
+# vLLM `--dtype` (weights and KV): `auto` takes the model config's dtype. Part of the L2 identity.
+Dtype = Literal["auto", "bfloat16", "float16"]
+# Which OpenAI API the endpoint's clients call: sets the operator's invocationEndpoint, and kvaware routing needs
+# `completions` (production-stack's kvaware router tokenizes only the `prompt` field, docs/references.md).
+Api = Literal["chat", "completions"]
 L2Backend = Literal["curvine", "tieredstorage", "none"]
 _HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_WEIGHTS_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Amazon Managed Prometheus workspace URL, the only Prometheus server the CRD accepts (autoScalingSpec).
 _AMP_URL = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
 DEFAULT_IMAGES: dict[str, str] = {"operator": OPERATOR_VLLM_IMAGE, "standalone": STANDALONE_VLLM_IMAGE}
@@ -37,6 +43,14 @@ def _secret_name(value: str | None) -> str | None:
     return value
 
 
+def _weights_version(value: str | None) -> str | None:
+    if value is not None and not _WEIGHTS_VERSION.match(value):
+        raise ValueError(
+            f"'{value}' is not a weights version; use 1-64 letters, digits, '.', '_' or '-', like 2026-12-01 or v2"
+        )
+    return value
+
+
 def _bucket(value: str) -> str:
     if not _BUCKET.match(value) or ".." in value:
         raise ValueError(f"'{value}' is not an S3 bucket name; use 3-63 lowercase letters, digits, '.' and '-'")
@@ -44,6 +58,9 @@ def _bucket(value: str) -> str:
 
 
 ModelId = Annotated[str, AfterValidator(_model_id)]
+# Bumped by the user when weights change under the same id, revision or S3 prefix: it is part of the endpoint's L2
+# identity (kvtier/serving.py), so the new weights start on an empty L2 directory instead of the old weights' KV.
+WeightsVersion = Annotated[str | None, AfterValidator(_weights_version)]
 
 
 class HuggingFaceModel(StrictModel):
@@ -52,6 +69,7 @@ class HuggingFaceModel(StrictModel):
     # Name of an existing Secret (key `token`) in the LOB namespace, for gated models.
     token_secret: Annotated[str | None, AfterValidator(_secret_name)] = None
     revision: Annotated[str | None, Field(pattern=r"^[0-9a-f]{40}$")] = None  # a commit SHA pins the weights
+    weights_version: WeightsVersion = None
 
 
 class S3Model(StrictModel):
@@ -60,6 +78,7 @@ class S3Model(StrictModel):
     bucket: Annotated[str, AfterValidator(_bucket)]
     prefix: Annotated[str, Field(min_length=1, pattern=r"^[^/].*$")]
     region: str | None = None  # default: the environment's region
+    weights_version: WeightsVersion = None  # bump when re-uploading weights under the same prefix
 
 
 ModelSource = Annotated[HuggingFaceModel | S3Model, Field(discriminator="source")]
@@ -134,11 +153,13 @@ class Endpoint(StrictModel):
     max_model_len: Annotated[int, Field(ge=256)] = 16384
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
+    dtype: Dtype = "auto"
     image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
     # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.
     routing: Routing = "prefixaware"
+    api: Api = "chat"
     mode: Mode = "operator"
     autoscaling: Autoscaling | None = None
     bench: BenchConfig = BenchConfig()

@@ -4,6 +4,13 @@ Quota rule: GPUs = the LOB's `gpu_quota`; CPU and memory = `gpu_quota` x the lar
 the instance types its endpoints use, plus a fixed allowance for routers, janitor and benchmark Jobs. The quota
 is a ceiling that keeps one LOB from starving the others on shared nodes, not a reservation.
 
+Requests only: the quota counts `requests.*`, what the scheduler reserves, and never `limits.*`. A quota on limits
+makes every container declare limits, so the LimitRange would have to invent them, and an invented limit below a
+container's own request (an operator-rendered sidecar whose size nobody publishes) makes the API server reject the
+pod. The LimitRange therefore sets only a default *request* for containers without one; a container with limits
+but no requests gets requests = limits from the API server first, so no default can contradict what a container
+says (docs/endpoints.md, docs/references.md).
+
 Network rule: nothing reaches a LOB's pods unless allowed below. Pods of the same namespace talk freely (router to
 engines, benchmark to router, LMCache workers to the kvaware controller). Routers also accept clients from any
 namespace that is not another LOB's. Operator-mode engines accept the operator's namespace (its router and
@@ -32,9 +39,8 @@ from kvtier.naming import MODEL_READER_SA, lob_namespace
 SYSTEM_ALLOWANCE_CPU = 8
 SYSTEM_ALLOWANCE_MEMORY_GIB = 16
 METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"
-# A container without its own requests and limits gets these (LimitRange defaults).
+# A container without its own requests gets these (LimitRange defaultRequest); no default limits (module doc).
 DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}
-DEFAULT_LIMIT = {"cpu": "1", "memory": "1Gi"}
 
 
 def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:
@@ -47,9 +53,7 @@ def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:
     return {
         "requests.nvidia.com/gpu": str(lob.gpu_quota),
         "requests.cpu": str(cpu),
-        "limits.cpu": str(cpu),
         "requests.memory": f"{memory}Gi",
-        "limits.memory": f"{memory}Gi",
     }
 
 
@@ -132,7 +136,7 @@ def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness) -> 
             "apiVersion": "v1",
             "kind": "LimitRange",
             "metadata": {"name": "lob-defaults", "namespace": namespace},
-            "spec": {"limits": [{"type": "Container", "defaultRequest": DEFAULT_REQUEST, "default": DEFAULT_LIMIT}]},
+            "spec": {"limits": [{"type": "Container", "defaultRequest": DEFAULT_REQUEST}]},
         },
     )
     api_object(

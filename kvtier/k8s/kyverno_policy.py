@@ -3,16 +3,18 @@
 Design "Operator mode and the L2 rewiring":
 - Pods at CREATE only (the operator reconciles Deployments; mutating those would fight it), and autogen off so
   Kyverno does not copy the rule onto Deployments.
-- Values come only from the pod: its namespace (the Policy is namespaced) and its `app` label, which the operator
+- Values come only from the pod: its namespace (the Policy is namespaced), its `app` label, which the operator
   sets to the InferenceEndpointConfig's name (aws/sagemaker-hyperpod-cli@011ca927
-  src/sagemaker/hyperpod/inference/hp_endpoint.py list_pods).
-  The vLLM container is found by the marker variable the IEC puts in the worker environment (operator_endpoint.py),
-  so pods of other endpoints (tieredstorage, standalone, janitor, benchmark) are left alone.
+  src/sagemaker/hyperpod/inference/hp_endpoint.py list_pods), and the L2 identity the IEC puts in the worker
+  environment: the URL is `.../<app>/<identity>/` (design "L2 layout"). The vLLM container is found by the marker
+  variable next to it (operator_endpoint.py), so pods of other endpoints (tieredstorage, standalone, janitor,
+  benchmark) are left alone.
 - Fail closed for this namespace only: a per-policy webhook (`webhookConfiguration.matchConditions`) with
   failurePolicy Fail; without matchConditions Kyverno merges the rule into its shared webhook and every namespace
   would fail closed (docs/references.md "Kyverno policy").
-- A validate rule in the same policy rejects a marked pod unless it ends with exactly one LMCACHE_REMOTE_URL, the
-  endpoint's directory, one mount and the volume, and no `lmcache.remote_url` override in its arguments (LMCache
+- A validate rule in the same policy rejects a marked pod unless it carries an identity of the right length and ends
+  with exactly one LMCACHE_REMOTE_URL, the endpoint's identity directory, one mount and the volume, and no
+  `lmcache.remote_url` override in its arguments (LMCache
   lets `--kv-transfer-config` extra config win over the environment): a render kvtier did not foresee fails loudly
   instead of running without L2.
 """
@@ -24,10 +26,23 @@ from typing import Any
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.naming import lob_namespace
-from kvtier.serving import L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, L2_VOLUME, env_name, l2_url, rewire_env
+from kvtier.serving import (
+    L2_CLAIM,
+    L2_IDENTITY_CHARS,
+    L2_IDENTITY_VAR,
+    L2_MARKER,
+    L2_MOUNT_PATH,
+    L2_VOLUME,
+    env_name,
+    l2_dir_url,
+    rewire_env,
+)
 
 AUTOGEN_ANNOTATION = "pod-policies.kyverno.io/autogen-controllers"
 ENDPOINT_VAR = "{{ request.object.metadata.labels.app || '' }}"
+IDENTITY_EXPR = f"element.env[?name == '{L2_IDENTITY_VAR}'].value | [0] || ''"
+IDENTITY_VAR = f"{{{{ {IDENTITY_EXPR} }}}}"
+L2_DIR = f"{ENDPOINT_VAR}/{IDENTITY_VAR}"  # l2_subdir, from what the pod carries
 ELEMENT_NAME = "{{ element.name }}"
 MARKED = {  # foreach precondition: this container carries the marker (JMESPath; `|| ''` when there is no env)
     "key": f"{{{{ element.env[?name == '{L2_MARKER}'].value | [0] || '' }}}}",
@@ -70,7 +85,7 @@ def _mutate_rule() -> dict[str, Any]:
                             "containers": [
                                 {
                                     "name": ELEMENT_NAME,
-                                    "env": rewire_env(ENDPOINT_VAR),
+                                    "env": rewire_env(L2_DIR),
                                     "volumeMounts": [{"name": L2_VOLUME, "mountPath": L2_MOUNT_PATH}],
                                 }
                             ],
@@ -85,16 +100,16 @@ def _mutate_rule() -> dict[str, Any]:
 
 def _validate_rule() -> dict[str, Any]:
     url = env_name("remote_url")
-    expected = l2_url(ENDPOINT_VAR)
+    expected = l2_dir_url(L2_DIR)
     return {
         "name": "require-curvine-l2",
         "match": _match(),
         "validate": {
             "failureAction": "Enforce",
             "message": (
-                f"a pod marked {L2_MARKER}=curvine needs an `app` label naming its endpoint, exactly one {url} = "
-                f"{l2_url('<app>')}, one mount at {L2_MOUNT_PATH}, the volume of claim {L2_CLAIM} and no {OVERRIDE} "
-                "in its arguments; "
+                f"a pod marked {L2_MARKER}=curvine needs an `app` label naming its endpoint, a {L2_IDENTITY_CHARS}-"
+                f"character {L2_IDENTITY_VAR}, exactly one {url} = {l2_dir_url(f'<app>/<{L2_IDENTITY_VAR}>')}, one "
+                f"mount at {L2_MOUNT_PATH}, the volume of claim {L2_CLAIM} and no {OVERRIDE} in its arguments; "
                 "the kvtier Kyverno rewiring did not apply (see docs: operator mode)"
             ),
             "foreach": [
@@ -105,6 +120,11 @@ def _validate_rule() -> dict[str, Any]:
                         "conditions": {
                             "any": [
                                 {"key": ENDPOINT_VAR, "operator": "Equals", "value": ""},
+                                {
+                                    "key": f"{{{{ length({IDENTITY_EXPR}) }}}}",
+                                    "operator": "NotEquals",
+                                    "value": L2_IDENTITY_CHARS,
+                                },
                                 {"key": _count("element.env", "name", url), "operator": "NotEquals", "value": 1},
                                 {
                                     "key": f"{{{{ element.env[?name == '{url}'].value | [0] || '' }}}}",

@@ -7,6 +7,7 @@ its pods (kyverno_policy.py). The operator's router pods are reached through a k
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kvtier.config.endpoint import Autoscaling, CloudWatchTrigger, Endpoint, HuggingFaceModel, PrometheusTrigger
@@ -18,11 +19,15 @@ from kvtier.k8s.endpoint_names import (
     operator_router_pod_label,
     operator_router_service_name,
 )
-from kvtier.naming import lob_namespace
+from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION, lob_namespace
 from kvtier.serving import (
+    L2_IDENTITY_VAR,
     L2_MARKER,
     PROMETHEUS_DIR,
     hash_seed_env,
+    l2_identity,
+    l2_identity_facts,
+    l2_subdir,
     lmcache_config,
     lmcache_env,
 )
@@ -34,7 +39,7 @@ MODEL_PATH = "/opt/ml/model"  # where the operator mounts the weights; also the 
 MODEL_VOLUME = "model-weights"
 VLLM_PORT = 8000
 HEALTH_PATH = "/health"  # vLLM; the CRD's default /ping is SageMaker's
-INVOCATION_PATH = "v1/chat/completions"
+INVOCATION_PATHS = {"chat": "v1/chat/completions", "completions": "v1/completions"}  # by the endpoint's `api`
 PLACEHOLDER_L2 = "tieredstorage"  # the only backend besides redis the CRD accepts; Kyverno replaces it for curvine
 
 
@@ -74,16 +79,27 @@ def vllm_args(endpoint: Endpoint) -> list[str]:
         str(endpoint.gpu_memory_utilization),
         "--block-size",
         str(endpoint.block_size),
+        *(["--dtype", endpoint.dtype] if endpoint.dtype != "auto" else []),
     ]
 
 
+def l2_identity_annotations(endpoint: Endpoint) -> dict[str, str]:
+    """The endpoint's L2 identity and its facts (empty without a Curvine L2)."""
+    if endpoint.cache.l2 != "curvine":
+        return {}
+    facts = json.dumps(l2_identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
+    return {L2_IDENTITY_ANNOTATION: l2_identity(endpoint), L2_IDENTITY_FACTS_ANNOTATION: facts}
+
+
 def worker_env(endpoint: Endpoint) -> list[dict[str, str]]:
-    """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one)."""
-    config = lmcache_config(endpoint.cache, endpoint.name, tensor_parallel=endpoint.tensor_parallel)
+    """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one). For
+    `l2: curvine`, the marker and the L2 identity the Kyverno Policy builds the URL from (it reads only the pod)."""
+    config = lmcache_config(endpoint.cache, l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
     env = lmcache_env(config, omit=frozenset({"remote_url"}))
     env += [hash_seed_env(), {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
     if endpoint.cache.l2 == "curvine":
         env.append({"name": L2_MARKER, "value": "curvine"})
+        env.append({"name": L2_IDENTITY_VAR, "value": l2_identity(endpoint)})
     return env
 
 
@@ -130,7 +146,7 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
         "modelName": model_name(env.name, lob, endpoint.name),
         "instanceType": endpoint.instance_type,
         "replicas": endpoint.replicas,
-        "invocationEndpoint": INVOCATION_PATH,
+        "invocationEndpoint": INVOCATION_PATHS[endpoint.api],
         "modelSourceConfig": _model_source(env, endpoint),
         "worker": {
             "image": endpoint.container_image,
@@ -153,10 +169,13 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
     }
     if endpoint.autoscaling is not None:
         spec["autoScalingSpec"] = autoscaling_spec(endpoint.name, endpoint.autoscaling)
+    metadata: dict[str, Any] = {"name": endpoint.name, "namespace": lob_namespace(lob)}
+    if annotations := l2_identity_annotations(endpoint):
+        metadata["annotations"] = annotations
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": endpoint.name, "namespace": lob_namespace(lob)},
+        "metadata": metadata,
         "spec": spec,
     }
 

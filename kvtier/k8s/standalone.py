@@ -27,7 +27,7 @@ from kvtier.k8s.endpoint_names import (
     service_host,
 )
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
-from kvtier.k8s.operator_endpoint import HEALTH_PATH, vllm_args
+from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 from kvtier.placement import placement
 from kvtier.serving import (
@@ -38,6 +38,7 @@ from kvtier.serving import (
     Controller,
     env_name,
     hash_seed_env,
+    l2_subdir,
     lmcache_config,
 )
 from kvtier.sizing import worker_size
@@ -59,7 +60,7 @@ def lmcache_controller(lob: str, endpoint: Endpoint) -> Controller | None:
 
 def endpoint_lmcache_config(lob: str, endpoint: Endpoint) -> dict[str, Any]:
     return lmcache_config(
-        endpoint.cache, endpoint.name, lmcache_controller(lob, endpoint), tensor_parallel=endpoint.tensor_parallel
+        endpoint.cache, l2_subdir(endpoint), lmcache_controller(lob, endpoint), tensor_parallel=endpoint.tensor_parallel
     )
 
 
@@ -168,10 +169,13 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "volumeMounts": mounts,
     }
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    metadata: dict[str, Any] = {"name": endpoint.name, "namespace": namespace, "labels": labels}
+    if annotations := l2_identity_annotations(endpoint):
+        metadata["annotations"] = annotations
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": endpoint.name, "namespace": namespace, "labels": labels},
+        "metadata": metadata,
         "spec": {
             "replicas": endpoint.replicas,
             # A new pod cannot get a GPU while the old ones hold them all: replace one at a time, never surge.

@@ -1,7 +1,7 @@
 """`kvtier verify`: the failures that are otherwise silent, checked on the objects of a live cluster.
 
-- Every endpoint pod: exactly one LMCACHE_REMOTE_URL pointing at its own L2 directory, the L2 mount, PYTHONHASHSEED
-  and the serde (a pod without them runs, with L2 hits silently at zero).
+- Every endpoint pod: exactly one LMCACHE_REMOTE_URL pointing at its own L2 identity directory, the L2 mount,
+  PYTHONHASHSEED and the serde (a pod without them runs, with L2 hits silently at zero).
 - Curvine: one ready worker on every GPU node, every master ready, and every L2 mount on every GPU node answering
   (the node's L2 healer is Ready only then).
 - Every LOB's `l2-cache` claim bound, and its Kyverno Policy ready where operator pods need the rewiring.
@@ -122,7 +122,7 @@ def endpoint_findings(config: Config, snapshot: Snapshot) -> list[Finding]:
 
 def _wiring_ok(endpoint: Endpoint) -> str:
     if endpoint.cache.l2 == "curvine":
-        return f"L2 URL {l2_url(endpoint.name)}, L2 mounted, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
+        return f"L2 URL {l2_url(endpoint)}, L2 mounted, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
     if endpoint.cache.l2 == "tieredstorage":
         return f"one L2 URL to HyperPod tiered storage, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
     return f"no L2, as configured; {HASH_SEED_VAR}={HASH_SEED}"
@@ -203,9 +203,12 @@ def _url_problems(endpoint: Endpoint, env: Sequence[Obj], file: Mapping[str, Any
     if value is None:
         return [f"no {REMOTE_URL} (nor remote_url in the LMCache file); L2 is off"]
     if endpoint.cache.l2 == "curvine":
-        wanted = l2_url(endpoint.name)
+        wanted = l2_url(endpoint)
         if value != wanted:
-            return [f"{REMOTE_URL} is {value!r}, not this endpoint's L2 directory {wanted!r}"]
+            return [
+                f"{REMOTE_URL} is {value!r}, not this endpoint's L2 directory {wanted!r} (its current identity; a pod "
+                "from before the last change still reads the old directory until it is replaced)"
+            ]
     elif not str(value).startswith(TIERED_STORAGE_SCHEME):
         return [f"{REMOTE_URL} is {value!r}, not HyperPod tiered storage ({TIERED_STORAGE_SCHEME}...)"]
     return []

@@ -1,23 +1,42 @@
 """Quota and GPU groups: each LOB's quota, the GPU groups against every endpoint at its maximum replicas, and
-rolling updates that need a free GPU."""
+rolling updates that need a free GPU.
+
+Rolling updates: the operator renders a Deployment and the CRD has no field for its strategy, so it rolls with the
+Kubernetes default (maxSurge 25% rounded up = at least one pod, maxUnavailable 25% rounded down = none below four
+replicas; docs/references.md). The new pod starts before an old one goes: the LOB's quota must admit one surge pod
+per operator endpoint (a quota costs nothing, so every endpoint can roll at once), and each GPU type needs the GPUs
+of one surge pod free (rollouts then finish one pod after another). Standalone Deployments never surge.
+"""
 
 from __future__ import annotations
 
+from kvtier.config.endpoint import Endpoint
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import Problem
 from kvtier.rules.context import Context, Findings
 
 
+def surge_gpus(endpoint: Endpoint) -> int:
+    """GPUs of the pod a rolling update adds before it removes one (operator mode only)."""
+    return endpoint.tensor_parallel if endpoint.mode == "operator" else 0
+
+
 def check_quota(ctx: Context, lob: LineOfBusiness, found: Findings) -> None:
-    need = sum(e.max_replicas * e.tensor_parallel for e in lob.endpoints)
+    held = sum(e.max_replicas * e.tensor_parallel for e in lob.endpoints)
+    surge = sum(surge_gpus(e) for e in lob.endpoints)
+    need = held + surge
     if need <= lob.gpu_quota:
         return
-    parts = ", ".join(f"{e.name} {e.max_replicas} x TP {e.tensor_parallel}" for e in lob.endpoints)
+    parts = ", ".join(
+        f"{e.name} {e.max_replicas}{' + 1 surge' if surge_gpus(e) else ''} x TP {e.tensor_parallel}"
+        for e in lob.endpoints
+    )
+    why = "at their maximum replicas" if not surge else "at their maximum replicas plus one rolling-update pod each"
     found.errors.append(
         Problem(
             ctx.files.get(lob.name, lob.name),
             "gpu_quota",
-            f"the quota is {lob.gpu_quota} GPU(s) and the endpoints need {need} at their maximum replicas ({parts})",
+            f"the quota is {lob.gpu_quota} GPU(s) and the endpoints need {need} {why} ({parts})",
             f"raise gpu_quota to at least {need}, or lower replicas (autoscaling.max_replicas) or tensor_parallel",
         )
     )
@@ -77,7 +96,7 @@ def check_rolling_updates(ctx: Context, found: Findings) -> None:
                 site.at("replicas"),
                 f"{whose} every {e.instance_type} GPU, so a rolling update stalls: the new pod waits for a GPU "
                 "the old pod keeps",
-                f"leave {e.tensor_parallel} GPU(s) of that type free, or follow the docs/endpoints.md procedure (scale to 0, "
-                "then update)",
+                f"leave {e.tensor_parallel} GPU(s) of that type free (one more node, or one replica less), or "
+                "update it with the scale-to-zero procedure (docs/endpoints.md)",
             )
         )

@@ -2,7 +2,8 @@
 
 One method per concern, each applying its own chart (one file in dist/) after the namespace: isolation (quota,
 limits, network policies, the model-reader service account), the L2 volume and its janitor, the Kyverno policy,
-then the endpoints (which need all three), then their benchmark Jobs. A LOB with S3 model weights also gets its
+then the endpoints (which need all three; operator endpoints rewired by the policy also wait until Kyverno reports
+it Ready), then their benchmark Jobs. A LOB with S3 model weights also gets its
 Pod Identity role (the stack's only IAM resource): standalone engines read through it; in operator mode the
 operator mounts weights with the cluster's S3 CSI driver instead (docs/lines-of-business.md). Nothing here
 refers to another LOB.
@@ -10,7 +11,7 @@ refers to another LOB.
 
 from __future__ import annotations
 
-from aws_cdk import Tags
+from aws_cdk import Duration, Tags
 from aws_cdk import aws_eks_v2 as eks
 from constructs import Construct
 
@@ -24,6 +25,7 @@ from kvtier.k8s.bench_job import add_bench_job
 from kvtier.k8s.curvine.healer import add_healer_access
 from kvtier.k8s.curvine.janitor import add_janitor
 from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
+from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.isolation import add_isolation
 from kvtier.k8s.kyverno_policy import add_l2_policy
 from kvtier.k8s.namespace import add_namespace
@@ -35,6 +37,17 @@ from kvtier.serving import L2_CLAIM, l2_subdir
 from kvtier.stacks.base import KvtierStack
 
 LOB_TAG = "kvtier:line-of-business"
+# Kyverno v1.19.0 sets one condition on a Policy, `Ready`, and only after it has built the policy's webhook
+# (pkg/controllers/webhook/controller.go updatePolicyStatuses). The CDK's KubernetesObjectValue returns the first
+# non-empty output of `kubectl get -o jsonpath`, so the path must be empty until then: it selects the type of a
+# condition whose status is "True", never the status itself ("False" would be returned at once).
+POLICY_READY_JSONPATH = '.status.conditions[?(@.status=="True")].type'
+POLICY_READY_TIMEOUT = Duration.minutes(10)
+
+
+def rewired(endpoint: Endpoint) -> bool:
+    """An operator endpoint whose pods the LOB's Kyverno Policy rewires to Curvine."""
+    return endpoint.mode == "operator" and endpoint.cache.l2 == "curvine"
 
 
 def l2_volume_name(env: str, lob: str) -> str:
@@ -59,6 +72,7 @@ class LobStack(KvtierStack):
         )
         self.l2 = self._l2()
         self.admission = self._admission()
+        self.policy_ready = self._policy_ready() if any(rewired(e) for e in lob.endpoints) else None
         self.endpoints = {endpoint.name: self._endpoint(endpoint) for endpoint in lob.endpoints}
         self.benchmarks = {e.name: self._benchmark(e) for e in lob.endpoints if e.bench.enabled}
 
@@ -128,6 +142,22 @@ class LobStack(KvtierStack):
         add_l2_policy(chart, self.lob.name)
         return self._apply("Admission", chart, self.namespace_manifest)
 
+    def _policy_ready(self) -> eks.KubernetesObjectValue:
+        """Waits (up to POLICY_READY_TIMEOUT, else the deploy fails) until Kyverno reports the Policy Ready: a pod
+        created before its webhook exists is neither rewired nor refused and keeps the operator's shared L2."""
+        ready = eks.KubernetesObjectValue(
+            self,
+            "AdmissionReady",
+            cluster=self.cluster,
+            object_type="policies.kyverno.io",
+            object_name=POLICY_NAME,
+            object_namespace=self.namespace,
+            json_path=POLICY_READY_JSONPATH,
+            timeout=POLICY_READY_TIMEOUT,
+        )
+        ready.node.add_dependency(self.admission)
+        return ready
+
     def _endpoint(self, endpoint: Endpoint) -> eks.KubernetesManifest:
         """One endpoint's objects: an InferenceEndpointConfig, or vLLM + router in standalone mode."""
         chart = self._chart(f"endpoint-{endpoint.name}")
@@ -143,6 +173,8 @@ class LobStack(KvtierStack):
         )
         if self.model_access is not None:
             manifest.node.add_dependency(self.model_access)
+        if rewired(endpoint) and self.policy_ready is not None:
+            manifest.node.add_dependency(self.policy_ready)
         return manifest
 
     def _benchmark(self, endpoint: Endpoint) -> eks.KubernetesManifest:
