@@ -47,11 +47,20 @@ def test_one_dead_url_is_counted_per_request(tmp_path: Path, capsys: pytest.Capt
     dead = f"http://127.0.0.1:{_closed_port()}"
     with FakeCluster(1, QUICK) as c:
         code, result = _sweep(tmp_path, c.urls[0], dead)
-    assert code == 0  # the write URL answered; the reads failed and are counted
+    # The write URL answered and the reads failed: counted per request, and the sweep failed (it measured no reuse).
+    assert code == 1
     runs = {r["name"]: r for r in result["runs"]}
     assert runs["cold"]["ok"] == 2
     assert runs["reused"]["errors"] == 2 and runs["reused"]["errors_by_kind"] == {"connect": 2}
-    assert "did not answer" in capsys.readouterr().out
+    rows = result["details"]["sweep"]
+    assert [r["status"] for r in rows] == ["read failed", "read failed"]
+    assert all(r["reused_ttft_ms"] is None and r["speedup"] is None for r in rows)  # a failure, never 0 ms
+    assert result["details"]["failed_lengths"] == [50, 60]
+    out, err = capsys.readouterr()
+    assert "did not answer" in out and "read failed" in out
+    assert "every reused request failed (2 sent: 2 connect)" in err
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**failed**" in summary and "read failed" in summary
 
 
 @pytest.mark.parametrize(
@@ -236,5 +245,5 @@ def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.Capt
     row = {"length": 500, "cold_ttft_ms": 300.0, "reused_ttft_ms": 100.0, "speedup": 3.0, "prompt_tokens": None}
     a = _written(tmp_path, lambda d: d.update(workload="sweep", details={"sweep": [row], "same_url": True}))
     assert main(["bench", "compare", str(a), str(a), "--json"]) == 0
-    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    assert rows["length 500 speedup"]["a"] == 3.0
+    rows = {(r["section"], r["metric"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows[("sweep length 500", "speedup x")]["a"] == 3.0
