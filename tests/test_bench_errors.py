@@ -229,6 +229,11 @@ def _written(tmp_path: Path, change: Any) -> Path:
         (lambda d: d.update(run_order=["a", 1]), "run_order[1] is 1, not a string"),
         (lambda d: d.update(details={"sweep": {}}), "details.sweep is {}, not a list"),
         (lambda d: d.update(details={"sweep": [{"length": 5}]}), "details.sweep[0] has no 'cold_ttft_ms'"),
+        (lambda d: d["settings"].update(percentiles=["p99"]), 'settings.percentiles[0] is "p99", not a number'),
+        (lambda d: d["settings"].update(percentiles=[250]), "settings.percentiles[0] is 250, not a percentile"),
+        (lambda d: d["settings"].update(slo_ms={"ttft": "fast"}), 'settings.slo_ms.ttft is "fast", not a number'),
+        (lambda d: d["settings"].update(slo_ms={"itl": 5}), "settings.slo_ms has 'itl', not one of"),
+        (lambda d: d.update(partial="yes"), 'partial is "yes", not true or false'),
     ],
 )
 def test_compare_refuses_malformed_results_naming_the_field(

@@ -286,3 +286,65 @@ def test_trace_replay_time_scaled(tmp_path: Path) -> None:
     # reuse the trace itself promises: line 4 repeats blocks 1-3 (24 tokens), line 2 blocks 1-2 (16)
     assert result.details["reusable_prefix_tokens"] == 24 + 16
     assert log[f"kvtier-bench-t-trace-{lines.index(2)}"].local_hit == 16  # the server saw that reuse
+
+
+def test_sweep_repeats_with_fresh_salts_after_a_warm_up(tmp_path: Path) -> None:
+    with cluster(2, FAST) as c:
+        write, read = c.servers
+        skip = [len(write.log), len(read.log)]  # the cluster's own warm-up traffic
+        code, result = _run(
+            tmp_path, "sweep", "--write-url", write.url, "--read-url", read.url,
+            "--lengths", "64,96", "--repeat", "3", "--settle-s", "0", "--no-plots",
+        )  # fmt: skip
+        logs = [s.log[n:] for s, n in zip(c.servers, skip, strict=True)]
+        pairs = _assert_ttft_within_margin(result, c)
+    assert code == 0
+    # one warm-up per URL, before any measured request, sharing no prefix with them
+    for log in logs:
+        assert "-warmup-" in (log[0].request_id or "") and log[0].local_hit == log[0].l2_hit == 0
+    assert [w["ok"] for w in result["details"]["warmup"]] == [True, True]
+    cold = [(r, e) for r, e in pairs if r.run == "cold"]
+    assert len(cold) == 6 and all(e.local_hit == e.l2_hit == 0 for _, e in cold)  # every repeat starts cold
+    assert len({" ".join(e.words) for _, e in cold}) == 6  # a fresh salt each time
+    salts = {r.tags["repeat"]: e.words[3] for r, e in cold}  # "[kvtier bench run <salt> ..."
+    salt = result["settings"]["salt"]
+    assert salts == {1: salt, 2: f"{salt}-r2", 3: f"{salt}-r3"}
+    # percentiles per length, never pooled over lengths
+    runs = {r["name"]: r for r in result["runs"]}
+    assert "ttft_ms" not in runs["cold"]
+    for group in runs["cold"]["by_length"]:
+        mine = sorted(r.ttft_ms or 0.0 for r, _ in cold if r.tags["length"] == group["length"])
+        assert group["requests"] == 3
+        assert group["ttft_ms"]["p50"] == mine[1] and group["ttft_ms"]["max"] == mine[2]
+    for row in result["details"]["sweep"]:
+        ttfts = sorted(r.ttft_ms or 0.0 for r, _ in cold if r.tags["length"] == row["length"])
+        assert row["repeats"] == 3 and row["status"] == "ok"
+        assert row["cold_ttft_ms"] == ttfts[1]  # the median of the three
+        assert row["cold_ttft_spread_ms"] == {"min": ttfts[0], "max": ttfts[2]}
+        assert row["speedup_spread"]["min"] <= row["speedup"] <= row["speedup_spread"]["max"]
+    # req/s counts time with a request in flight: the settle pauses and the warm-ups are not in it
+    for run in ("cold", "reused"):
+        records = [r for r, _ in pairs if r.run == run]
+        busy = sum(r.e2e_ms or 0 for r in records) / 1000  # sequential: no overlap
+        assert runs[run]["request_throughput"] == pytest.approx(6 / busy)
+
+
+def test_shared_prefix_for_a_duration_with_poisson_arrivals(tmp_path: Path) -> None:
+    with cluster(1) as c:
+        code, result = _run(
+            tmp_path, "shared-prefix", "--url", c.urls[0], "--users", "3", "--rounds", "1",
+            "--system-tokens", "32", "--user-tokens", "8", "--question-tokens", "4",
+            "--qps", "8", "--arrival", "poisson", "--duration", "1.5", "--concurrency", "16",
+        )  # fmt: skip
+    assert code == 0
+    records = _records(result)
+    scheduled = sorted(r.scheduled_ms for r in records if r.scheduled_ms is not None)
+    first = scheduled[0]
+    assert all(at - first < 1500 for at in scheduled)  # nothing scheduled after the duration
+    assert len(records) > 3  # rounds went on past --rounds 1 until the duration ended
+    assert {r.tags["user"] for r in records} == {0, 1, 2}
+    gaps = [b - a for a, b in itertools.pairwise(scheduled)]
+    assert len({round(g, 3) for g in gaps}) > 1  # random gaps, not a fixed rate
+    out = tmp_path / "out"
+    for name in ("latency_cdf.png", "timeline.png"):
+        assert (out / name).read_bytes().startswith(PNG)

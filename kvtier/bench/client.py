@@ -177,8 +177,13 @@ def _closed_early(err: httpx.RemoteProtocolError) -> bool:
 
 
 def _reset_message(url: str, record: RequestRecord, reader: _StreamReader, err: httpx.HTTPError) -> str:
-    cause = err.__cause__ or err.__context__
-    why = f"{type(cause).__name__}: {cause}" if isinstance(cause, OSError) else f"{type(err).__name__}: {err}"
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, OSError):  # httpx -> httpcore -> the socket's own error
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError):
+        why = f"{type(cause).__name__}: {cause.strerror or cause}"
+    else:
+        why = f"{type(err).__name__}: {err or 'the connection was lost'}"
     if not record.answered:
         when = "before it answered"
     elif not reader.text_times:

@@ -142,9 +142,13 @@ def _sweep(result: BenchResult) -> list[str]:
     rows = []
     for r in d.get("sweep", []):
         status = r.get("status", "ok")
-        cold = ms(r["cold_ttft_ms"]) if r["cold_ttft_ms"] is not None else ("**failed**" if "cold" in status else "-")
+        cold = (
+            ms(r["cold_ttft_ms"]) if r["cold_ttft_ms"] is not None else ("**failed**" if r.get("cold_error") else "-")
+        )
         reused = (
-            ms(r["reused_ttft_ms"]) if r["reused_ttft_ms"] is not None else ("**failed**" if "read" in status else "-")
+            ms(r["reused_ttft_ms"])
+            if r["reused_ttft_ms"] is not None
+            else ("**failed**" if r.get("reused_error") else "-")
         )
         cs, rs, sp = (r.get(k) or {} for k in ("cold_ttft_spread_ms", "reused_ttft_spread_ms", "speedup_spread"))
         rows.append(

@@ -237,8 +237,27 @@ def _object_problems(where: str, obj: Any, fields: dict[str, tuple[str, bool]]) 
             yield f"{where or 'the file'} has no {key!r}"
 
 
+def _settings_problems(settings: Any) -> Iterator[str]:
+    """The settings the summaries are computed with: percentiles and SLO bounds."""
+    if not isinstance(settings, dict):
+        return
+    percentiles = settings.get("percentiles", [])
+    yield from _kind_problems("settings.percentiles", percentiles, "a list")
+    for i, q in enumerate(percentiles if isinstance(percentiles, list) else []):
+        yield from _kind_problems(f"settings.percentiles[{i}]", q, _NUMBER)
+        if isinstance(q, int | float) and not isinstance(q, bool) and not 0 <= q <= 100:
+            yield f"settings.percentiles[{i}] is {q}, not a percentile from 0 to 100"
+    slo = settings.get("slo_ms")
+    yield from _kind_problems("settings.slo_ms", slo, "an object or null")
+    for key, bound in (slo if isinstance(slo, dict) else {}).items():
+        if key not in ("ttft", "tpot", "e2e"):
+            yield f"settings.slo_ms has {key!r}, not one of ttft, tpot, e2e"
+        yield from _kind_problems(f"settings.slo_ms.{key}", bound, _NUMBER)
+
+
 def _problems(data: dict[str, Any]) -> Iterator[str]:
     yield from _object_problems("", data, _TOP)
+    yield from _settings_problems(data.get("settings", {}))
     for i, name in enumerate(data.get("run_order", [])):
         yield from _kind_problems(f"run_order[{i}]", name, "a string")
     for i, record in enumerate(data.get("requests", [])):

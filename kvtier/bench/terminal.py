@@ -164,8 +164,10 @@ def sweep_table(result: BenchResult, wide: bool) -> list[str]:
     rows = []
     for r in rows_in:
         failed = r.get("status", "ok")
-        cold = ms(r["cold_ttft_ms"]) if r["cold_ttft_ms"] is not None else ("failed" if "cold" in failed else "-")
-        reused = ms(r["reused_ttft_ms"]) if r["reused_ttft_ms"] is not None else ("failed" if "read" in failed else "-")
+        cold = ms(r["cold_ttft_ms"]) if r["cold_ttft_ms"] is not None else ("failed" if r.get("cold_error") else "-")
+        reused = (
+            ms(r["reused_ttft_ms"]) if r["reused_ttft_ms"] is not None else ("failed" if r.get("reused_error") else "-")
+        )
         row = [str(r["length"]), num(r.get("prompt_tokens")), cold, reused]
         if wide and repeats > 1:
             cs, rs = r.get("cold_ttft_spread_ms") or {}, r.get("reused_ttft_spread_ms") or {}
@@ -188,6 +190,35 @@ def sweep_table(result: BenchResult, wide: bool) -> list[str]:
             if r.get(f"{side}_error") and r.get("status") != "ok":
                 lines += wrap(f"length {r['length']} {side}: {r[f'{side}_error']}", width, "! ")
     return lines
+
+
+def detail_lines(result: BenchResult, wide: bool) -> list[str]:
+    """The workload's own table or line, besides the sweep's: per turn, or what a trace replay sent."""
+    width = None if wide else WIDTH
+    d = result.details
+    if result.workload == "multiturn" and d.get("turns"):
+        columns = [Column("turn", left=True), Column("tokens"), Column("write ms"), Column("read ms"), Column("reads")]
+        rows = [
+            [
+                str(r["turn"]),
+                num(r["prompt_tokens_mean"]),
+                ms(r["write_ttft_ms"]["mean"]),
+                ms(r["read_ttft_ms"]["mean"]),
+                str(r.get("reads", "-")),
+            ]
+            for r in d["turns"]
+        ]
+        lines = ["", "Mean TTFT per turn", *render(columns, rows, width)]
+        return lines + wrap("read: a history the read URL never saw, after all turns ran on the write URL.", width)
+    if result.workload == "trace":
+        cut = d.get("cut_by_duration") or 0
+        text = (
+            f"trace: {d.get('replayed')} of {d.get('requests_in_file')} requests replayed, "
+            f"{d.get('skipped_over_max_model_len')} longer than --max-model-len skipped"
+            + (f", {cut} after --duration not sent" if cut else "")
+        )
+        return wrap(text, width)
+    return []
 
 
 def cache_lines(reports: Sequence[dict[str, Any]], wide: bool) -> list[str]:
@@ -224,6 +255,7 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
         lines += wrap(partial_note(result), width, "PARTIAL: ")
     lines += run_table(result, wide)
     lines += sweep_table(result, wide)
+    lines += detail_lines(result, wide)
     lines += cache_lines(result.cache, wide)
     return lines
 

@@ -102,6 +102,7 @@ class FakeServer:
         self.counters: dict[str, float] = defaultdict(float)
         self.log: list[Logged] = []
         self.connections = 0  # TCP connections accepted (a client that reuses connections opens few)
+        self.completed = 0  # streamed answers written to their end
         self._open: set[asyncio.StreamWriter] = set()
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -287,6 +288,7 @@ class FakeServer:
             await send.event({"choices": [], "usage": usage})
         await send.raw(b"data: [DONE]\n\n")
         await send.end()
+        self.completed += 1
         return keep
 
 
