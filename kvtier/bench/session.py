@@ -86,8 +86,7 @@ class Session:
     async def schedule(self, reqs: Iterable[Request], *, concurrency: int | None) -> list[RequestRecord]:
         """Send each request at its `scheduled_ms` (from now), at most `concurrency` in flight (None: no limit).
 
-        `reqs` may be lazy (a duration-bounded run makes them as it goes). A request held back by the limit is sent
-        late; its record keeps both times. Cancelled (an interrupt), it cancels every request it started.
+        A request held back by the limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it started.
         """
         limit = asyncio.Semaphore(concurrency) if concurrency else None
         base = self.now_ms()

@@ -184,7 +184,8 @@ def sweep_table(result: BenchResult, wide: bool) -> list[str]:
     lines = ["", "Cold vs reused TTFT per length"]
     lines += render(columns, rows, width)
     what = "median over repeats; range: fastest to slowest speedup" if repeats > 1 else "one sample per length"
-    lines += wrap(f"TTFT in ms, {what}; speedup = cold / reused (--repeat N for a median).", width)
+    hint = "" if repeats > 1 else " (--repeat N for a median)"
+    lines += wrap(f"TTFT in ms, {what}; speedup = cold / reused{hint}.", width)
     for r in rows_in:
         for side in ("cold", "reused"):
             if r.get(f"{side}_error") and r.get("status") != "ok":

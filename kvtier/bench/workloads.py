@@ -359,7 +359,9 @@ class SharedPrefix(Workload):
             yield Request(self.name, self.url, ctx.api, body, index, tags, headers, scheduled_ms=at)
 
     async def run(self, session: Session, ctx: Context) -> None:
-        await session.schedule(self._requests(ctx), concurrency=self.concurrency)
+        # Built before the first send (a duration makes the schedule finite too): making prompt text while streams
+        # are being read would delay their reading and inflate what is measured.
+        await session.schedule(list(self._requests(ctx)), concurrency=self.concurrency)
 
     def details(self, records: Sequence[RequestRecord], ctx: Context) -> dict[str, Any]:
         rounds = []
@@ -442,7 +444,7 @@ class TraceReplay(Workload):
                 body = ctx.body(trace_prompt(tr, ctx.maker, self.block_tokens), self.output_tokens(tr))
                 yield Request(self.name, self.url, ctx.api, body, i, tags, ctx.request_id(self.name, i), at)
 
-        await session.schedule(requests(), concurrency=self.concurrency)
+        await session.schedule(list(requests()), concurrency=self.concurrency)  # built up front, as above
 
     def details(self, records: Sequence[RequestRecord], ctx: Context) -> dict[str, Any]:
         kept, skipped = self.plan()
