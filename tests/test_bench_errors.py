@@ -252,3 +252,29 @@ def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.Capt
     assert main(["bench", "compare", str(a), str(a), "--json"]) == 0
     rows = {(r["section"], r["metric"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows[("sweep length 500", "speedup x")]["a"] == 3.0
+
+
+@pytest.mark.parametrize(("limit", "code"), [("0.2", 1), ("0.25", 0), (None, 0)])
+def test_max_error_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: str | None, code: int) -> None:
+    """Every 4th request fails: 2 of 8 (25%) is above a 0.2 limit and within 0.25; without a limit it passes."""
+    with FakeCluster(1, Behaviour(cold_s=0.1, itl_s=0.001, output_tokens=2, fail_every=4)) as c:
+        argv = ["bench", "shared-prefix", "--url", c.urls[0], "--users", "4", "--rounds", "2", "--qps", "50"]
+        argv += ["--concurrency", "1", "--system-tokens", "16", "--no-progress", "--no-plots", "--no-metrics"]
+        argv += ["--out", str(tmp_path / "out"), *(["--max-error-rate", limit] if limit else [])]
+        assert main(argv) == code
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["runs"][0]["errors_by_kind"] == {"http": 2}
+    err = capsys.readouterr().err
+    assert ("2 of 8 requests failed (25.0%), above --max-error-rate 0.2" in err) == (code == 1)
+
+
+def test_trace_duration_sends_only_what_is_scheduled_before_it(tmp_path: Path) -> None:
+    from kvtier.bench.workloads import TraceReplay
+    from kvtier.trace import TraceRequest
+
+    reqs = tuple(TraceRequest(i * 1000.0, 16, 2, (i,), line=i + 1) for i in range(10))
+    replay = TraceReplay(url="http://x", path=tmp_path / "t.jsonl", requests=reqs, time_scale=0.5, duration_s=2.0)
+    assert [tr.line for tr, _ in replay.schedule()] == [1, 2, 3, 4]  # sent at 0, 0.5, 1.0, 1.5 s
+    paced = TraceReplay(url="http://x", path=tmp_path / "t.jsonl", requests=reqs, qps=2.0, duration_s=2.0)
+    assert [at for _, at in paced.schedule()] == [0.0, 500.0, 1000.0, 1500.0]
+    assert replay.planned() == 4

@@ -44,6 +44,7 @@ class Behaviour:
     block_words: int = 16
     stream: bool = True  # False: answer with one JSON body (a non-streaming server)
     fail_status: int | None = None  # answer every completion with this HTTP status
+    fail_every: int | None = None  # answer every n-th completion with HTTP 503 (the others normally)
     stall_s: float = 0.0  # wait this long before answering (timeouts)
     metrics: bool = True  # False: /metrics answers 404
     lmcache_metrics: bool = True  # False: no lmcache:* series (PROMETHEUS_MULTIPROC_DIR unset)
@@ -103,6 +104,7 @@ class FakeServer:
         self.log: list[Logged] = []
         self.connections = 0  # TCP connections accepted (a client that reuses connections opens few)
         self.completed = 0  # streamed answers written to their end
+        self.requests = 0  # completion requests received
         self._open: set[asyncio.StreamWriter] = set()
         self.port = 0
         self._server: asyncio.Server | None = None
@@ -227,9 +229,13 @@ class FakeServer:
         b = self.behaviour
         if b.stall_s:
             await asyncio.sleep(b.stall_s)
-        if b.fail_status is not None:
-            failure = {"error": {"message": "programmed failure", "code": b.fail_status}}
-            await _respond(writer, b.fail_status, failure, keep=keep)
+        self.requests += 1
+        status = b.fail_status
+        if status is None and b.fail_every and self.requests % b.fail_every == 0:
+            status = 503
+        if status is not None:
+            failure = {"error": {"message": "programmed failure", "code": status}}
+            await _respond(writer, status, failure, keep=keep)
             return keep
         body = json.loads(raw)
         words = _words(body)
