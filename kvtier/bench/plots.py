@@ -47,7 +47,10 @@ def sweep_plot(result: BenchResult, path: Path) -> Path:
     if has_local:
         series.append(("again on write URL", "local_ttft_ms", LOCAL))
     shift = -(len(series) - 1) / 2
-    failed_side = {"cold_ttft_ms": "cold", "reused_ttft_ms": "read", "local_ttft_ms": "local"}
+    failed_side = {"cold_ttft_ms": "cold", "reused_ttft_ms": "reused", "local_ttft_ms": "local"}
+    measured = [v for r in rows for k in failed_side if (v := r.get(k)) is not None]
+    marker = 0.5 * max(measured, default=100.0)  # a failure is drawn as a hatched outline, never as a 0 ms bar
+    failed_legend: str | None = "failed (no successful answer)"
     for k, (label, key, color) in enumerate(series):
         spread_key = key.replace("_ms", "_spread_ms")
         legend: str | None = label
@@ -55,18 +58,10 @@ def sweep_plot(result: BenchResult, path: Path) -> Path:
             at = x + (shift + k) * width
             value = r.get(key)
             if value is None:
-                if failed_side[key] in str(r.get("status", "")):  # a failure, drawn as one: never a 0 ms bar
-                    ax.bar(at, 1, width, bottom=0, color="none", edgecolor=FAILED, hatch="xx")
-                    ax.annotate(
-                        "failed",
-                        (at, 0),
-                        xytext=(0, 10),
-                        textcoords="offset points",
-                        ha="center",
-                        color=FAILED,
-                        rotation=90,
-                        fontsize=8,
-                    )
+                if r.get(f"{failed_side[key]}_error"):
+                    ax.bar(at, marker, width, color="none", edgecolor=FAILED, hatch="//", label=failed_legend)
+                    ax.text(at, marker / 2, "failed", color=FAILED, rotation=90, ha="center", va="center")
+                    failed_legend = None
                 continue
             spread = r.get(spread_key) or {}
             err = None
