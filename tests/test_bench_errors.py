@@ -47,11 +47,20 @@ def test_one_dead_url_is_counted_per_request(tmp_path: Path, capsys: pytest.Capt
     dead = f"http://127.0.0.1:{_closed_port()}"
     with FakeCluster(1, QUICK) as c:
         code, result = _sweep(tmp_path, c.urls[0], dead)
-    assert code == 0  # the write URL answered; the reads failed and are counted
+    # The write URL answered and the reads failed: counted per request, and the sweep failed (it measured no reuse).
+    assert code == 1
     runs = {r["name"]: r for r in result["runs"]}
     assert runs["cold"]["ok"] == 2
     assert runs["reused"]["errors"] == 2 and runs["reused"]["errors_by_kind"] == {"connect": 2}
-    assert "did not answer" in capsys.readouterr().out
+    rows = result["details"]["sweep"]
+    assert [r["status"] for r in rows] == ["read failed", "read failed"]
+    assert all(r["reused_ttft_ms"] is None and r["speedup"] is None for r in rows)  # a failure, never 0 ms
+    assert result["details"]["failed_lengths"] == [50, 60]
+    out, err = capsys.readouterr()
+    assert "did not answer" in out and "read failed" in out
+    assert "every reused request failed (2 sent: 2 connect)" in err
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "**failed**" in summary and "read failed" in summary
 
 
 @pytest.mark.parametrize(
@@ -220,6 +229,11 @@ def _written(tmp_path: Path, change: Any) -> Path:
         (lambda d: d.update(run_order=["a", 1]), "run_order[1] is 1, not a string"),
         (lambda d: d.update(details={"sweep": {}}), "details.sweep is {}, not a list"),
         (lambda d: d.update(details={"sweep": [{"length": 5}]}), "details.sweep[0] has no 'cold_ttft_ms'"),
+        (lambda d: d["settings"].update(percentiles=["p99"]), 'settings.percentiles[0] is "p99", not a number'),
+        (lambda d: d["settings"].update(percentiles=[250]), "settings.percentiles[0] is 250, not a percentile"),
+        (lambda d: d["settings"].update(slo_ms={"ttft": "fast"}), 'settings.slo_ms.ttft is "fast", not a number'),
+        (lambda d: d["settings"].update(slo_ms={"itl": 5}), "settings.slo_ms has 'itl', not one of"),
+        (lambda d: d.update(partial="yes"), 'partial is "yes", not true or false'),
     ],
 )
 def test_compare_refuses_malformed_results_naming_the_field(
@@ -236,5 +250,31 @@ def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.Capt
     row = {"length": 500, "cold_ttft_ms": 300.0, "reused_ttft_ms": 100.0, "speedup": 3.0, "prompt_tokens": None}
     a = _written(tmp_path, lambda d: d.update(workload="sweep", details={"sweep": [row], "same_url": True}))
     assert main(["bench", "compare", str(a), str(a), "--json"]) == 0
-    rows = {r["metric"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
-    assert rows["length 500 speedup"]["a"] == 3.0
+    rows = {(r["section"], r["metric"]): r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows[("sweep length 500", "speedup x")]["a"] == 3.0
+
+
+@pytest.mark.parametrize(("limit", "code"), [("0.2", 1), ("0.25", 0), (None, 0)])
+def test_max_error_rate(tmp_path: Path, capsys: pytest.CaptureFixture[str], limit: str | None, code: int) -> None:
+    """Every 4th request fails: 2 of 8 (25%) is above a 0.2 limit and within 0.25; without a limit it passes."""
+    with FakeCluster(1, Behaviour(cold_s=0.1, itl_s=0.001, output_tokens=2, fail_every=4)) as c:
+        argv = ["bench", "shared-prefix", "--url", c.urls[0], "--users", "4", "--rounds", "2", "--qps", "50"]
+        argv += ["--concurrency", "1", "--system-tokens", "16", "--no-progress", "--no-plots", "--no-metrics"]
+        argv += ["--out", str(tmp_path / "out"), *(["--max-error-rate", limit] if limit else [])]
+        assert main(argv) == code
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["runs"][0]["errors_by_kind"] == {"http": 2}
+    err = capsys.readouterr().err
+    assert ("2 of 8 requests failed (25.0%), above --max-error-rate 0.2" in err) == (code == 1)
+
+
+def test_trace_duration_sends_only_what_is_scheduled_before_it(tmp_path: Path) -> None:
+    from kvtier.bench.workloads import TraceReplay
+    from kvtier.trace import TraceRequest
+
+    reqs = tuple(TraceRequest(i * 1000.0, 16, 2, (i,), line=i + 1) for i in range(10))
+    replay = TraceReplay(url="http://x", path=tmp_path / "t.jsonl", requests=reqs, time_scale=0.5, duration_s=2.0)
+    assert [tr.line for tr, _ in replay.schedule()] == [1, 2, 3, 4]  # sent at 0, 0.5, 1.0, 1.5 s
+    paced = TraceReplay(url="http://x", path=tmp_path / "t.jsonl", requests=reqs, qps=2.0, duration_s=2.0)
+    assert [at for _, at in paced.schedule()] == [0.0, 500.0, 1000.0, 1500.0]
+    assert replay.planned() == 4

@@ -134,9 +134,9 @@ def test_sweep_cross_pod(tmp_path: Path) -> None:
     assert result["cache"][1]["tiers"]["external_l1_l2"]["hit_tokens"] == 192 + 400
     assert result["cache"][0]["tiers"]["external_l1_l2"]["hit_tokens"] == 0
     out = tmp_path / "out"
-    for name in ("sweep_ttft.png", "ttft_percentiles.png"):
-        data = (out / name).read_bytes()
-        assert data.startswith(PNG) and len(data) > 10_000
+    data = (out / "sweep_ttft.png").read_bytes()
+    assert data.startswith(PNG) and len(data) > 10_000
+    assert not (out / "ttft_percentiles.png").exists()  # percentiles pooled over lengths would mislead
     summary = (out / "summary.md").read_text()
     assert "## Cold vs reused TTFT" in summary and "cannot be separated" in summary
 
@@ -148,20 +148,24 @@ def test_rerun_starts_cold_unless_the_salt_is_fixed(tmp_path: Path) -> None:
         assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "a"), "--salt", "fixed"]) == 0
         assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "b")]) == 0
         assert main(["bench", *argv, "--no-progress", "--out", str(tmp_path / "c"), "--salt", "fixed"]) == 0
-        log = c.servers[0].log[1:]  # after the warm-up request
+        # after the cluster's warm-up request, without each run's own warm-up (a prompt of its own)
+        log = [e for e in c.servers[0].log[1:] if "-warmup-" not in (e.request_id or "")]
     # run a: cold then local hit; run b (new salt): cold again; run c (same salt as a): hit from the first request
     assert [e.local_hit for e in log] == [0, 96, 0, 96, 96, 96]
 
 
-def test_multiturn_history_accumulates_and_replays(tmp_path: Path) -> None:
-    with cluster() as c:
+@pytest.mark.parametrize("shared_l2", [True, False])
+def test_multiturn_read_pod_measures_l2_alone(tmp_path: Path, shared_l2: bool) -> None:
+    """The read pod gets each conversation once, after all its turns, as a history it never saw: with a shared L2
+    every full block comes from L2 (the full gain); without one it is cold (no gain, nothing reused locally)."""
+    with FakeCluster(2, FAST, shared_l2=shared_l2) as c:
         write, read = c.servers
         code, result = _run(
             tmp_path,
             "multiturn",
             "--write-url", write.url,
             "--read-url", read.url,
-            "--conversations", "2",
+            "--conversations", "3",
             "--turns", "3",
             "--system-tokens", "64",
             "--turn-tokens", "32",
@@ -169,20 +173,31 @@ def test_multiturn_history_accumulates_and_replays(tmp_path: Path) -> None:
             "--settle-s", "0",
         )  # fmt: skip
         pairs = _assert_ttft_within_margin(result, c)
+        read_log = list(read.log)
     assert code == 0
-    write_log = {(r.tags["conversation"], r.tags["turn"]): e for r, e in pairs if r.run == "write"}
-    read_log = {(r.tags["conversation"], r.tags["turn"]): e for r, e in pairs if r.run == "read"}
-    for conv in range(2):
+    writes = {(r.tags["conversation"], r.tags["turn"]): e for r, e in pairs if r.run == "write"}
+    reads = {r.tags["conversation"]: (r, e) for r, e in pairs if r.run == "read"}
+    assert len(read_log) == len(reads) == 3  # one read per conversation, nothing else reached the read pod
+    for conv in range(3):
         for turn in (2, 3):
-            prev, cur = write_log[(conv, turn - 1)], write_log[(conv, turn)]
+            prev, cur = writes[(conv, turn - 1)], writes[(conv, turn)]
             assert cur.words[: len(prev.words)] == prev.words  # history is the previous request, extended
-            messages = cur.body["messages"]
-            assert messages[-2]["role"] == "assistant" and messages[-2]["content"]  # the answer went back in
-            assert cur.local_hit > 0
-        for turn in (1, 2, 3):
-            assert read_log[(conv, turn)].body == write_log[(conv, turn)].body  # replayed byte for byte
-        assert read_log[(conv, 1)].l2_hit > 0 and read_log[(conv, 1)].local_hit == 0  # cross-pod on the first turn
-    assert [row["turn"] for row in result["details"]["turns"]] == [1, 2, 3]
+            assert cur.body["messages"][-2]["role"] == "assistant" and cur.body["messages"][-2]["content"]
+            assert cur.local_hit > 0  # the write pod reuses its own history
+        rec, entry = reads[conv]
+        turn = 3 - conv % 3
+        assert rec.tags["turn"] == turn and result["details"]["read_turns"][str(conv)] == turn
+        assert entry.body == writes[(conv, turn)].body  # byte-identical to what the write pod prefilled
+        last = writes[(conv, 3)]
+        assert entry.arrival >= last.arrival + last.delay_s  # only after the write pod finished every turn
+        assert entry.local_hit == 0  # never served from the read pod's own cache
+        full_blocks = len(entry.words) - len(entry.words) % FAST.block_words
+        if shared_l2:
+            assert entry.l2_hit == full_blocks > 0  # the full gain: every full block from L2
+        else:
+            assert entry.l2_hit == 0 and entry.delay_s == FAST.cold_s  # no gain at all
+    reads_at = {row["turn"]: row["reads"] for row in result["details"]["turns"]}
+    assert reads_at == {1: 1, 2: 1, 3: 1}  # every history length read once
     png = (tmp_path / "out" / "multiturn_ttft.png").read_bytes()
     assert png.startswith(PNG) and len(png) > 10_000
 
@@ -271,3 +286,65 @@ def test_trace_replay_time_scaled(tmp_path: Path) -> None:
     # reuse the trace itself promises: line 4 repeats blocks 1-3 (24 tokens), line 2 blocks 1-2 (16)
     assert result.details["reusable_prefix_tokens"] == 24 + 16
     assert log[f"kvtier-bench-t-trace-{lines.index(2)}"].local_hit == 16  # the server saw that reuse
+
+
+def test_sweep_repeats_with_fresh_salts_after_a_warm_up(tmp_path: Path) -> None:
+    with cluster(2, FAST) as c:
+        write, read = c.servers
+        skip = [len(write.log), len(read.log)]  # the cluster's own warm-up traffic
+        code, result = _run(
+            tmp_path, "sweep", "--write-url", write.url, "--read-url", read.url,
+            "--lengths", "64,96", "--repeat", "3", "--settle-s", "0", "--no-plots",
+        )  # fmt: skip
+        logs = [s.log[n:] for s, n in zip(c.servers, skip, strict=True)]
+        pairs = _assert_ttft_within_margin(result, c)
+    assert code == 0
+    # one warm-up per URL, before any measured request, sharing no prefix with them
+    for log in logs:
+        assert "-warmup-" in (log[0].request_id or "") and log[0].local_hit == log[0].l2_hit == 0
+    assert [w["ok"] for w in result["details"]["warmup"]] == [True, True]
+    cold = [(r, e) for r, e in pairs if r.run == "cold"]
+    assert len(cold) == 6 and all(e.local_hit == e.l2_hit == 0 for _, e in cold)  # every repeat starts cold
+    assert len({" ".join(e.words) for _, e in cold}) == 6  # a fresh salt each time
+    salts = {r.tags["repeat"]: e.words[3] for r, e in cold}  # "[kvtier bench run <salt> ..."
+    salt = result["settings"]["salt"]
+    assert salts == {1: salt, 2: f"{salt}-r2", 3: f"{salt}-r3"}
+    # percentiles per length, never pooled over lengths
+    runs = {r["name"]: r for r in result["runs"]}
+    assert "ttft_ms" not in runs["cold"]
+    for group in runs["cold"]["by_length"]:
+        mine = sorted(r.ttft_ms or 0.0 for r, _ in cold if r.tags["length"] == group["length"])
+        assert group["requests"] == 3
+        assert group["ttft_ms"]["p50"] == mine[1] and group["ttft_ms"]["max"] == mine[2]
+    for row in result["details"]["sweep"]:
+        ttfts = sorted(r.ttft_ms or 0.0 for r, _ in cold if r.tags["length"] == row["length"])
+        assert row["repeats"] == 3 and row["status"] == "ok"
+        assert row["cold_ttft_ms"] == ttfts[1]  # the median of the three
+        assert row["cold_ttft_spread_ms"] == {"min": ttfts[0], "max": ttfts[2]}
+        assert row["speedup_spread"]["min"] <= row["speedup"] <= row["speedup_spread"]["max"]
+    # req/s counts time with a request in flight: the settle pauses and the warm-ups are not in it
+    for run in ("cold", "reused"):
+        records = [r for r, _ in pairs if r.run == run]
+        busy = sum(r.e2e_ms or 0 for r in records) / 1000  # sequential: no overlap
+        assert runs[run]["request_throughput"] == pytest.approx(6 / busy)
+
+
+def test_shared_prefix_for_a_duration_with_poisson_arrivals(tmp_path: Path) -> None:
+    with cluster(1) as c:
+        code, result = _run(
+            tmp_path, "shared-prefix", "--url", c.urls[0], "--users", "3", "--rounds", "1",
+            "--system-tokens", "32", "--user-tokens", "8", "--question-tokens", "4",
+            "--qps", "8", "--arrival", "poisson", "--duration", "1.5", "--concurrency", "16",
+        )  # fmt: skip
+    assert code == 0
+    records = _records(result)
+    scheduled = sorted(r.scheduled_ms for r in records if r.scheduled_ms is not None)
+    first = scheduled[0]
+    assert all(at - first < 1500 for at in scheduled)  # nothing scheduled after the duration
+    assert len(records) > 3  # rounds went on past --rounds 1 until the duration ended
+    assert {r.tags["user"] for r in records} == {0, 1, 2}
+    gaps = [b - a for a, b in itertools.pairwise(scheduled)]
+    assert len({round(g, 3) for g in gaps}) > 1  # random gaps, not a fixed rate
+    out = tmp_path / "out"
+    for name in ("latency_cdf.png", "timeline.png"):
+        assert (out / name).read_bytes().startswith(PNG)

@@ -1,6 +1,8 @@
 """One streamed request to an OpenAI-compatible server, measured; and a probe that asks whether a URL answers.
 
 Every failure becomes a field of the record (kind and message), never an exception: a benchmark counts errors.
+Each stream is read to its end (past `[DONE]`), so httpx returns the connection to its pool and the next request
+reuses it: a new TCP (or TLS, or port-forward) connection must not land inside every TTFT.
 """
 
 from __future__ import annotations
@@ -40,6 +42,11 @@ async def send(client: httpx.AsyncClient, req: Request, *, timeout_s: float, ori
         _fail(record, "connect", f"cannot connect to {req.url}: {err or type(err).__name__}")
     except httpx.TimeoutException as err:
         _fail(record, "timeout", f"{type(err).__name__}: {err}")
+    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as err:
+        if isinstance(err, httpx.RemoteProtocolError) and not _closed_early(err):
+            _fail(record, "protocol", f"{type(err).__name__}: {err}")
+        else:
+            _fail(record, "reset", _reset_message(req.url, record, reader, err))
     except httpx.HTTPError as err:
         _fail(record, "protocol", f"{type(err).__name__}: {err}")
     end = time.perf_counter()
@@ -63,8 +70,10 @@ async def _exchange(client: httpx.AsyncClient, req: Request, record: RequestReco
             _fail(record, "not_streaming", f"the server did not stream (content-type '{ctype or 'none'}')")
             return
         async for line in resp.aiter_lines():
+            if reader.done:
+                continue  # past [DONE]: read on to the end of the body so the connection can be reused
             if not reader.feed(line, record):
-                break
+                break  # a broken stream: the connection is closed, not reused
     if record.error_kind is None:
         reader.check_complete(record)
 
@@ -81,13 +90,13 @@ class _StreamReader:
         self.done = False
 
     def feed(self, line: str, record: RequestRecord) -> bool:
-        """Handle one line; False stops reading (end of stream or a broken one)."""
+        """Handle one line; False stops reading (a broken stream)."""
         if not line.startswith("data:"):
             return True  # blank separators, comments, `event:` lines
         payload = line[5:].strip()
         if payload == "[DONE]":
             self.done = True
-            return False
+            return True
         now = time.perf_counter()
         try:
             chunk = json.loads(payload)
@@ -127,6 +136,7 @@ class _StreamReader:
         record.itl_ms = [(b - a) * 1000 for a, b in zip(self.text_times, self.text_times[1:], strict=False)]
         record.output_text = "".join(self.parts)
         record.completion_tokens = len(self.text_times)
+        record.text_chunks = len(self.text_times)
         if self.usage is not None:
             record.usage_reported = True
             record.prompt_tokens = _int(self.usage.get("prompt_tokens"))
@@ -136,6 +146,10 @@ class _StreamReader:
             details = self.usage.get("prompt_tokens_details")
             if isinstance(details, dict):
                 record.cached_tokens = _int(details.get("cached_tokens"))
+        tokens = record.completion_tokens or 0
+        if len(self.text_times) >= 2 and tokens > 1:
+            # vLLM's TPOT: decode time (first to last token) over the tokens after the first.
+            record.tpot_ms = (self.text_times[-1] - self.text_times[0]) * 1000 / (tokens - 1)
 
 
 def _choice_text(choice: dict[str, Any]) -> str:
@@ -154,6 +168,29 @@ def _choice_text(choice: dict[str, Any]) -> str:
 
 def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _closed_early(err: httpx.RemoteProtocolError) -> bool:
+    """The server closed the connection before the answer was complete (not a malformed answer)."""
+    text = str(err).lower()
+    return "peer closed" in text or "disconnected" in text or "incomplete" in text
+
+
+def _reset_message(url: str, record: RequestRecord, reader: _StreamReader, err: httpx.HTTPError) -> str:
+    cause: BaseException | None = err
+    while cause is not None and not isinstance(cause, OSError):  # httpx -> httpcore -> the socket's own error
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, OSError):
+        why = f"{type(cause).__name__}: {cause.strerror or cause}"
+    else:
+        why = f"{type(err).__name__}: {err or 'the connection was lost'}"
+    if not record.answered:
+        when = "before it answered"
+    elif not reader.text_times:
+        when = "after the headers, before any generated text"
+    else:
+        when = f"after {len(reader.text_times)} chunks of generated text"
+    return f"{url} closed or reset the connection {when} ({why}); the server process or a proxy in between went away"
 
 
 def _fail(record: RequestRecord, kind: ErrorKind, message: str) -> None:

@@ -8,8 +8,9 @@ from typing import Any, Literal
 
 Api = Literal["completions", "chat"]
 API_PATHS: dict[str, str] = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}
-# connect: nothing answered; the others mean a server did answer (or the wait ran out).
-ErrorKind = Literal["connect", "timeout", "http", "not_streaming", "protocol", "server"]
+# connect: nothing answered; reset: the connection broke (reset or closed) before the answer was complete;
+# the others mean a server did answer (or the wait ran out).
+ErrorKind = Literal["connect", "reset", "timeout", "http", "not_streaming", "protocol", "server"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class RequestRecord:
     ttft_ms: float | None = None  # send -> first chunk carrying generated text
     e2e_ms: float | None = None  # send -> end of stream (or failure)
     itl_ms: list[float] = field(default_factory=list)  # gaps between chunks carrying text
+    tpot_ms: float | None = None  # (last text chunk - first) / (completion tokens - 1), for 2 or more tokens
+    text_chunks: int = 0  # chunks that carried generated text (a chunk may carry several tokens)
     prompt_tokens: int | None = None  # from the server's `usage`
     completion_tokens: int | None = None  # from `usage`, else the number of text chunks
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it

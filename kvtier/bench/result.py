@@ -10,7 +10,7 @@ from typing import Any
 
 from kvtier.bench.metrics import cache_totals
 from kvtier.bench.records import RequestRecord
-from kvtier.bench.stats import summarize
+from kvtier.bench.stats import PERCENTILES, summarize
 from kvtier.errors import UsageError
 
 FORMAT = "kvtier-bench/1"
@@ -28,6 +28,31 @@ class BenchResult:
     details: dict[str, Any] = field(default_factory=dict)  # the workload's own table
     probes: list[dict[str, Any]] = field(default_factory=list)
     label: str | None = None
+    interrupted: dict[str, Any] | None = None  # {"signal": "SIGINT", "dropped_in_flight": n} for a partial run
+
+    @property
+    def partial(self) -> bool:
+        """Stopped by a signal: the records are what finished before it."""
+        return self.interrupted is not None
+
+    @property
+    def percentiles(self) -> tuple[float, ...]:
+        return tuple(float(q) for q in self.settings.get("percentiles") or PERCENTILES)
+
+    @property
+    def slo_ms(self) -> dict[str, float] | None:
+        slo = self.settings.get("slo_ms")
+        return dict(slo) if isinstance(slo, dict) and slo else None
+
+    @property
+    def group_by(self) -> str | None:
+        """The tag whose values are summarized apart (the sweep's length): percentiles per length, never pooled."""
+        tag = self.settings.get("group_by", "length" if self.workload == "sweep" else None)
+        return tag if isinstance(tag, str) else None
+
+    def summarize(self, records: list[RequestRecord]) -> dict[str, Any]:
+        busy = self.settings.get("throughput_over") == "busy"
+        return summarize(records, percentiles=self.percentiles, slo=self.slo_ms, busy=busy)
 
     def runs(self) -> list[str]:
         """Run names that have requests, in the workload's order (then any others)."""
@@ -38,7 +63,40 @@ class BenchResult:
         return [r for r in self.records if r.run == run]
 
     def summaries(self) -> dict[str, dict[str, Any]]:
-        return {run: summarize(self.run_records(run)) for run in self.runs()}
+        """One summary per table row: per run, or per run and group value ("cold 500") when the workload groups."""
+        tag = self.group_by
+        out: dict[str, dict[str, Any]] = {}
+        for run in self.runs():
+            records = self.run_records(run)
+            if tag is None:
+                out[run] = self.summarize(records)
+                continue
+            for value in dict.fromkeys(r.tags.get(tag) for r in records):
+                out[f"{run} {value}"] = {
+                    "run": run,
+                    tag: value,
+                    **self.summarize([r for r in records if r.tags.get(tag) == value]),
+                }
+        return out
+
+    def run_entries(self) -> list[dict[str, Any]]:
+        """The `runs` of the JSON file: per run; a grouped run carries its counts and a summary per group value,
+        and no latency percentiles pooled over groups."""
+        tag = self.group_by
+        entries = []
+        for run in self.runs():
+            records = self.run_records(run)
+            summary = self.summarize(records)
+            if tag is None:
+                entries.append({"name": run, **summary})
+                continue
+            pooled = {k: v for k, v in summary.items() if not k.endswith("_ms") and k != "goodput"}
+            groups = [
+                {tag: value, **self.summarize([r for r in records if r.tags.get(tag) == value])}
+                for value in dict.fromkeys(r.tags.get(tag) for r in records)
+            ]
+            entries.append({"name": run, **pooled, f"by_{tag}": groups})
+        return entries
 
     @property
     def ok(self) -> int:
@@ -49,11 +107,13 @@ class BenchResult:
             "format": FORMAT,
             "workload": self.workload,
             "label": self.label,
+            "partial": self.partial,
+            "interrupted": self.interrupted,
             "started_at": self.started_at,
             "duration_s": self.duration_s,
             "settings": self.settings,
             "probes": self.probes,
-            "runs": [{"name": name, **summary} for name, summary in self.summaries().items()],
+            "runs": self.run_entries(),
             "run_order": self.run_order,
             "cache": self.cache,
             "cache_totals": cache_totals(self.cache),
@@ -77,6 +137,7 @@ class BenchResult:
             details=data.get("details", {}),
             probes=data.get("probes", []),
             label=data.get("label"),
+            interrupted=data.get("interrupted"),
         )
 
 
@@ -111,6 +172,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "an integer or null": (int, type(None)),
     "true or false": (bool,),
     "an object": (dict,),
+    "an object or null": (dict, type(None)),
     "a list": (list,),
 }
 _TOP: dict[str, tuple[str, bool]] = {  # key: (kind, required)
@@ -118,6 +180,8 @@ _TOP: dict[str, tuple[str, bool]] = {  # key: (kind, required)
     "started_at": ("a string", True),
     "duration_s": (_NUMBER, True),
     "label": ("a string or null", False),
+    "partial": ("true or false", False),
+    "interrupted": ("an object or null", False),
     "settings": ("an object", False),
     "run_order": ("a list", False),
     "requests": ("a list", False),
@@ -140,6 +204,8 @@ _RECORD: dict[str, tuple[str, bool]] = {
     "ttft_ms": (_OPT_NUMBER, False),
     "e2e_ms": (_OPT_NUMBER, False),
     "itl_ms": ("a list", False),
+    "tpot_ms": (_OPT_NUMBER, False),
+    "text_chunks": ("an integer", False),
     "prompt_tokens": ("an integer or null", False),
     "completion_tokens": ("an integer or null", False),
     "cached_tokens": ("an integer or null", False),
@@ -171,8 +237,27 @@ def _object_problems(where: str, obj: Any, fields: dict[str, tuple[str, bool]]) 
             yield f"{where or 'the file'} has no {key!r}"
 
 
+def _settings_problems(settings: Any) -> Iterator[str]:
+    """The settings the summaries are computed with: percentiles and SLO bounds."""
+    if not isinstance(settings, dict):
+        return
+    percentiles = settings.get("percentiles", [])
+    yield from _kind_problems("settings.percentiles", percentiles, "a list")
+    for i, q in enumerate(percentiles if isinstance(percentiles, list) else []):
+        yield from _kind_problems(f"settings.percentiles[{i}]", q, _NUMBER)
+        if isinstance(q, int | float) and not isinstance(q, bool) and not 0 <= q <= 100:
+            yield f"settings.percentiles[{i}] is {q}, not a percentile from 0 to 100"
+    slo = settings.get("slo_ms")
+    yield from _kind_problems("settings.slo_ms", slo, "an object or null")
+    for key, bound in (slo if isinstance(slo, dict) else {}).items():
+        if key not in ("ttft", "tpot", "e2e"):
+            yield f"settings.slo_ms has {key!r}, not one of ttft, tpot, e2e"
+        yield from _kind_problems(f"settings.slo_ms.{key}", bound, _NUMBER)
+
+
 def _problems(data: dict[str, Any]) -> Iterator[str]:
     yield from _object_problems("", data, _TOP)
+    yield from _settings_problems(data.get("settings", {}))
     for i, name in enumerate(data.get("run_order", [])):
         yield from _kind_problems(f"run_order[{i}]", name, "a string")
     for i, record in enumerate(data.get("requests", [])):

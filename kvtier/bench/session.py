@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import replace
 from types import TracebackType
 
@@ -59,6 +59,7 @@ class Session:
         self.client = client or new_client(timeout_s)
         self.origin = time.perf_counter()
         self.records: list[RequestRecord] = []
+        self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
 
     async def __aenter__(self) -> Session:
         return self
@@ -72,15 +73,20 @@ class Session:
         return (time.perf_counter() - self.origin) * 1000
 
     async def one(self, req: Request) -> RequestRecord:
+        self.sent += 1
         record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
         self.records.append(record)
         self.tracker.done(record)
         return record
 
-    async def schedule(self, reqs: Sequence[Request], *, concurrency: int | None) -> list[RequestRecord]:
+    async def unrecorded(self, req: Request) -> RequestRecord:
+        """Send a request that is not part of any run (a warm-up): measured, but not in `records`."""
+        return await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+
+    async def schedule(self, reqs: Iterable[Request], *, concurrency: int | None) -> list[RequestRecord]:
         """Send each request at its `scheduled_ms` (from now), at most `concurrency` in flight (None: no limit).
 
-        A request held back by the limit is sent late; its record keeps both times.
+        A request held back by the limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it started.
         """
         limit = asyncio.Semaphore(concurrency) if concurrency else None
         base = self.now_ms()
@@ -91,14 +97,20 @@ class Session:
             async with limit:
                 return await self.one(req)
 
-        tasks = []
-        for req in reqs:
-            at = base + (req.scheduled_ms or 0.0)
-            wait_ms = at - self.now_ms()
-            if wait_ms > 0:
-                await asyncio.sleep(wait_ms / 1000)
-            tasks.append(asyncio.create_task(go(replace(req, scheduled_ms=at))))
-        return list(await asyncio.gather(*tasks))
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        try:
+            for req in reqs:
+                at = base + (req.scheduled_ms or 0.0)
+                wait_ms = at - self.now_ms()
+                if wait_ms > 0:
+                    await asyncio.sleep(wait_ms / 1000)
+                tasks.append(asyncio.create_task(go(replace(req, scheduled_ms=at))))
+            return list(await asyncio.gather(*tasks))
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
 
 
 def new_client(timeout_s: float) -> httpx.AsyncClient:

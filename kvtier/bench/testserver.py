@@ -8,6 +8,8 @@ The time to first token is programmed, not computed by a model:
 so a new prompt waits `cold_s`, a prompt fully in this server's cache about `warm_s`, one fully in the shared store
 about `l2_s` (a partial last block is never cached, as in vLLM). Every request is logged with the delay it got.
 /metrics serves vLLM- and LMCache-named counters that move with the hits. A "token" is a whitespace-separated word.
+Connections are HTTP/1.1 keep-alive (streams in chunked encoding, as uvicorn sends them) and counted per server;
+`FakeCluster(shared_l2=False)` gives each server its own store, a cluster whose L2 is not shared.
 
 Run it by hand: `python -m kvtier.bench.testserver --port 8101 --port 8102` (Ctrl-C stops).
 """
@@ -19,6 +21,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import socket
+import struct
 import threading
 import time
 from collections import defaultdict
@@ -40,11 +44,14 @@ class Behaviour:
     block_words: int = 16
     stream: bool = True  # False: answer with one JSON body (a non-streaming server)
     fail_status: int | None = None  # answer every completion with this HTTP status
+    fail_every: int | None = None  # answer every n-th completion with HTTP 503 (the others normally)
     stall_s: float = 0.0  # wait this long before answering (timeouts)
     metrics: bool = True  # False: /metrics answers 404
     lmcache_metrics: bool = True  # False: no lmcache:* series (PROMETHEUS_MULTIPROC_DIR unset)
     usage: bool = True  # send `usage` in the last chunk
     model: str = "kvtier/fake-model"
+    keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
+    reset_after_chunks: int | None = None  # abort the connection (TCP RST) after this many text chunks
 
 
 @dataclass
@@ -65,6 +72,8 @@ class Logged:
 
 @dataclass
 class SharedStore:
+    """The L2 blocks one or more servers can read (one store per cluster: shared; one per server: not shared)."""
+
     blocks: set[str] = field(default_factory=set)
 
 
@@ -93,6 +102,10 @@ class FakeServer:
         self.local: set[str] = set()
         self.counters: dict[str, float] = defaultdict(float)
         self.log: list[Logged] = []
+        self.connections = 0  # TCP connections accepted (a client that reuses connections opens few)
+        self.completed = 0  # streamed answers written to their end
+        self.requests = 0  # completion requests received
+        self._open: set[asyncio.StreamWriter] = set()
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -107,6 +120,8 @@ class FakeServer:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
+            for writer in list(self._open):  # idle keep-alive connections: wait_closed() would wait for them
+                writer.close()
             await self._server.wait_closed()
 
     def lookup(self, words: list[str]) -> tuple[float, int, int]:
@@ -172,43 +187,56 @@ class FakeServer:
         return "\n".join(lines) + "\n"
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._open.add(writer)
         try:
-            request = await _read_request(reader)
-            if request is not None:
-                await self._route(*request, writer)
+            while True:  # one request after another on the connection, until either side closes it
+                request = await _read_request(reader)
+                if request is None or not await self._route(*request, writer):
+                    break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away (a timeout on its side)
         finally:
+            self._open.discard(writer)
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
     async def _route(
         self, method: str, path: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter
-    ) -> None:
+    ) -> bool:
+        """Answer one request; True when the connection stays open for the next one."""
         b = self.behaviour
+        keep = b.keep_alive and headers.get("connection", "").lower() != "close"
         if method == "GET" and path == "/v1/models":
-            await _respond(
-                writer, 200, {"object": "list", "data": [{"id": b.model, "object": "model", "root": "/models/fake"}]}
-            )
+            models = {"object": "list", "data": [{"id": b.model, "object": "model", "root": "/models/fake"}]}
+            await _respond(writer, 200, models, keep=keep)
         elif method == "GET" and path == "/metrics":
             if b.metrics:
-                await _respond(writer, 200, self.metrics_text(), "text/plain; version=0.0.4")
+                await _respond(writer, 200, self.metrics_text(), "text/plain; version=0.0.4", keep=keep)
             else:
-                await _respond(writer, 404, {"detail": "Not Found"})
+                await _respond(writer, 404, {"detail": "Not Found"}, keep=keep)
         elif method == "POST" and path in ("/v1/completions", "/v1/chat/completions"):
-            await self._complete(path, headers, raw, writer)
+            return await self._complete(path, headers, raw, writer, keep)
         else:
-            await _respond(writer, 404, {"detail": "Not Found"})
+            await _respond(writer, 404, {"detail": "Not Found"}, keep=keep)
+        return keep
 
-    async def _complete(self, path: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _complete(
+        self, path: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter, keep: bool
+    ) -> bool:
         arrival = time.perf_counter()
         b = self.behaviour
         if b.stall_s:
             await asyncio.sleep(b.stall_s)
-        if b.fail_status is not None:
-            await _respond(writer, b.fail_status, {"error": {"message": "programmed failure", "code": b.fail_status}})
-            return
+        self.requests += 1
+        status = b.fail_status
+        if status is None and b.fail_every and self.requests % b.fail_every == 0:
+            status = 503
+        if status is not None:
+            failure = {"error": {"message": "programmed failure", "code": status}}
+            await _respond(writer, status, failure, keep=keep)
+            return keep
         body = json.loads(raw)
         words = _words(body)
         delay, local_hit, l2_hit = self.lookup(words)
@@ -242,26 +270,32 @@ class FakeServer:
             message = (
                 {"message": {"role": "assistant", "content": "".join(pieces)}} if chat else {"text": "".join(pieces)}
             )
-            await _respond(
-                writer, 200, {"choices": [{"index": 0, **message, "finish_reason": "length"}], "usage": usage}
-            )
-            return
-        writer.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n"
-        )
+            answer = {"choices": [{"index": 0, **message, "finish_reason": "length"}], "usage": usage}
+            await _respond(writer, 200, answer, keep=keep)
+            return keep
+        # Chunked transfer encoding (as uvicorn streams) lets the connection carry the next request afterwards.
+        framing = "Transfer-Encoding: chunked\r\nConnection: keep-alive" if keep else "Connection: close"
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n{framing}\r\n\r\n"
+        writer.write(head.encode())
+        send = _Events(writer, chunked=keep)
         if chat:  # vLLM's first chat chunk carries the role and no text
-            await _event(writer, {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+            await send.event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         # Sleep until `delay` after arrival, however long the parsing above took.
         await asyncio.sleep(max(0.0, arrival + delay - time.perf_counter()))
         for i, piece in enumerate(pieces):
+            if i == b.reset_after_chunks:
+                _reset(writer)
+                return False
             if i:
                 await asyncio.sleep(b.itl_s)
             choice = {"index": 0, "delta": {"content": piece}} if chat else {"index": 0, "text": piece}
-            await _event(writer, {"choices": [{**choice, "finish_reason": "length" if i == n_out - 1 else None}]})
+            await send.event({"choices": [{**choice, "finish_reason": "length" if i == n_out - 1 else None}]})
         if b.usage and (body.get("stream_options") or {}).get("include_usage"):
-            await _event(writer, {"choices": [], "usage": usage})
-        writer.write(b"data: [DONE]\n\n")
-        await writer.drain()
+            await send.event({"choices": [], "usage": usage})
+        await send.raw(b"data: [DONE]\n\n")
+        await send.end()
+        self.completed += 1
+        return keep
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
@@ -280,24 +314,59 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[st
     return method, path.split("?", 1)[0], headers, raw
 
 
-async def _respond(writer: asyncio.StreamWriter, status: int, body: Any, ctype: str = "application/json") -> None:
+async def _respond(
+    writer: asyncio.StreamWriter, status: int, body: Any, ctype: str = "application/json", *, keep: bool = False
+) -> None:
     data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
-    head = f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\nConnection: close\r\n\r\n"
+    connection = "keep-alive" if keep else "close"
+    head = f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {len(data)}\r\nConnection: {connection}\r\n\r\n"
     writer.write(head.encode() + data)
     await writer.drain()
 
 
-async def _event(writer: asyncio.StreamWriter, chunk: dict[str, Any]) -> None:
-    writer.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
-    await writer.drain()
+class _Events:
+    """SSE events on a response body: in HTTP/1.1 chunks (keep-alive), or raw until the connection closes."""
+
+    def __init__(self, writer: asyncio.StreamWriter, *, chunked: bool) -> None:
+        self.writer = writer
+        self.chunked = chunked
+
+    async def event(self, chunk: dict[str, Any]) -> None:
+        await self.raw(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+
+    async def raw(self, data: bytes) -> None:
+        self.writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if self.chunked else data)
+        await self.writer.drain()
+
+    async def end(self) -> None:
+        if self.chunked:
+            self.writer.write(b"0\r\n\r\n")
+            await self.writer.drain()
+
+
+def _reset(writer: asyncio.StreamWriter) -> None:
+    """Drop the connection with a TCP RST (SO_LINGER 0), as a crashed or restarted pod's kernel does."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    writer.transport.abort()
 
 
 class FakeCluster:
-    """`count` fake servers sharing one L2 store, served from a background thread's event loop."""
+    """`count` fake servers served from a background thread's event loop, sharing one L2 store (`shared_l2`) or
+    each with its own (a pod whose L2 is not shared: its own store serves only itself)."""
 
-    def __init__(self, count: int = 2, behaviour: Behaviour | None = None, ports: tuple[int, ...] = ()) -> None:
+    def __init__(
+        self,
+        count: int = 2,
+        behaviour: Behaviour | None = None,
+        ports: tuple[int, ...] = (),
+        *,
+        shared_l2: bool = True,
+    ) -> None:
         self.shared = SharedStore()
-        self.servers = [FakeServer(behaviour or Behaviour(), self.shared) for _ in range(count)]
+        stores = [self.shared if shared_l2 else SharedStore() for _ in range(count)]
+        self.servers = [FakeServer(behaviour or Behaviour(), store) for store in stores]
         self._ports = ports or (0,) * count
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kvtier-fake-cluster", daemon=True)
@@ -335,11 +404,13 @@ def main() -> None:
     parser.add_argument("--cold-s", type=float, default=Behaviour.cold_s)
     parser.add_argument("--l2-s", type=float, default=Behaviour.l2_s)
     parser.add_argument("--warm-s", type=float, default=Behaviour.warm_s)
+    parser.add_argument("--no-shared-l2", action="store_true", help="each server gets its own store (no shared L2)")
     args = parser.parse_args()
     ports = tuple(args.port or [8101, 8102])
     behaviour = Behaviour(cold_s=args.cold_s, l2_s=args.l2_s, warm_s=args.warm_s)
-    with FakeCluster(len(ports), behaviour, ports) as cluster:
-        print("fake servers (one shared L2):", " ".join(cluster.urls), flush=True)
+    with FakeCluster(len(ports), behaviour, ports, shared_l2=not args.no_shared_l2) as cluster:
+        what = "one L2 per server, not shared" if args.no_shared_l2 else "one shared L2"
+        print(f"fake servers ({what}):", " ".join(cluster.urls), flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
 

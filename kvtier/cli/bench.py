@@ -2,7 +2,9 @@
 
 Workloads: sweep (cross-pod reuse per prompt length), multiturn, shared-prefix (routing under load), trace (Mooncake
 replay); `compare` diffs two result files. Each run writes result.json, summary.md and PNG plots.
-Exit codes: 0 ok; 1 requests ran and none succeeded; 2 bad flags or an unreadable trace; 3 no URL answers.
+Exit codes: 0 ok; 1 requests ran and a run had no success (the sweep's read side, say), or more failed than
+--max-error-rate; 2 bad flags or an unreadable trace; 3 no URL answers; 130 interrupted (SIGINT/SIGTERM: what
+finished is written, marked partial).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
     from kvtier.bench.result import BenchResult
     from kvtier.bench.workloads import Workload
 
+INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
 DEFAULT_LENGTHS = (500, 1000, 1500, 2000, 2500, 3000)
 
 
@@ -72,13 +75,43 @@ def _non_negative_float(value: str) -> float:
     return number
 
 
+def _fraction(value: str) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number") from None
+    if not 0 <= number <= 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a share of requests; use 0 to 1 (0.05 = 5%)")
+    return number
+
+
+def _percentiles(value: str) -> tuple[float, ...]:
+    from kvtier.bench.stats import parse_percentiles
+
+    try:
+        return parse_percentiles(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _slo(value: str) -> dict[str, float]:
+    from kvtier.bench.stats import parse_slo
+
+    try:
+        return parse_slo(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def _lengths(value: str) -> tuple[int, ...]:
     items = [v for v in value.replace(" ", "").split(",") if v]
     if not items:
         raise argparse.ArgumentTypeError("give at least one length, like 500,1000,2000")
     lengths = tuple(_positive_int(v) for v in items)
     if len(set(lengths)) != len(lengths):
-        raise argparse.ArgumentTypeError(f"'{value}' repeats a length; each length is measured once")
+        raise argparse.ArgumentTypeError(
+            f"'{value}' repeats a length; give each length once (--repeat N measures each N times)"
+        )
     return lengths
 
 
@@ -91,6 +124,19 @@ def register(sub: Any) -> None:
     )
     workloads = parser.add_subparsers(dest="workload", metavar="WORKLOAD", required=True)
 
+    _sweep_parser(workloads)
+    _multiturn_parser(workloads)
+    _shared_prefix_parser(workloads)
+    _trace_parser(workloads)
+    comp = workloads.add_parser("compare", help="print the differences between two result files")
+    comp.add_argument("a", type=Path, help="result.json of the first run (A)")
+    comp.add_argument("b", type=Path, help="result.json of the second run (B)")
+    comp.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
+    comp.add_argument("--wide", action="store_true", help="do not fit the tables into 80 columns")
+    parser.set_defaults(func=run)
+
+
+def _sweep_parser(workloads: Any) -> None:
     sweep = workloads.add_parser(
         "sweep", help="cold vs reused TTFT per prompt length, across two pods", description=_SWEEP_HELP
     )
@@ -114,14 +160,30 @@ def register(sub: Any) -> None:
     sweep.add_argument(
         "--local-repeat", action="store_true", help="also send each prompt again to the write URL (its L0 hit)"
     )
+    sweep.add_argument(
+        "--repeat",
+        type=_positive_int,
+        default=1,
+        help="measure every length N times, each with a fresh salt; the table shows the median and spread (default 1)",
+    )
+    sweep.add_argument(
+        "--no-warmup", action="store_true", help="skip the short warm-up request each URL gets before measuring"
+    )
     _common(sweep, "completions")
 
+
+def _multiturn_parser(workloads: Any) -> None:
     multi = workloads.add_parser(
         "multiturn", help="conversations with growing history, replayed on a second URL", description=_MULTI_HELP
     )
     multi.add_argument("--write-url", type=_url, required=True, help="where conversations run first")
     multi.add_argument("--read-url", type=_url, help="where the same requests are replayed (default: no replay)")
-    multi.add_argument("--conversations", type=_positive_int, default=4)
+    multi.add_argument(
+        "--conversations",
+        type=_positive_int,
+        default=5,
+        help="conversations (default 5); with at least --turns of them the read URL measures every history length",
+    )
     multi.add_argument("--turns", type=_positive_int, default=5)
     multi.add_argument("--system-tokens", type=_positive_int, default=500, help="system prompt per conversation")
     multi.add_argument("--turn-tokens", type=_positive_int, default=200, help="user message per turn")
@@ -130,6 +192,8 @@ def register(sub: Any) -> None:
     multi.add_argument("--concurrency", type=_positive_int, help="conversations at once (default: all)")
     _common(multi, "chat")
 
+
+def _shared_prefix_parser(workloads: Any) -> None:
     shared = workloads.add_parser(
         "shared-prefix", help="many users sharing a system prompt at a target QPS", description=_SHARED_HELP
     )
@@ -148,8 +212,11 @@ def register(sub: Any) -> None:
         help=f"header carrying the user id, for session routing (default {SESSION_HEADER}, the session key of "
         "kvtier's standalone router; '' for none)",
     )
+    _pacing(shared, "--qps")
     _common(shared, "completions")
 
+
+def _trace_parser(workloads: Any) -> None:
     trace = workloads.add_parser("trace", help="replay a Mooncake JSONL trace", description=_TRACE_HELP)
     trace.add_argument("--url", type=_url, required=True, help="the endpoint to load")
     trace.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL file")
@@ -171,13 +238,28 @@ def register(sub: Any) -> None:
     trace.add_argument("--block-size", type=_positive_int, default=512, help="tokens per hash id (Mooncake: 512)")
     trace.add_argument("--max-tokens", type=_positive_int, help="cap each request's output_length")
     trace.add_argument("--concurrency", type=_positive_int, help="requests in flight at most (default: no limit)")
+    _pacing(trace, "--qps (not with --time-scale)")
     _common(trace, "completions")
 
-    comp = workloads.add_parser("compare", help="print the differences between two result files")
-    comp.add_argument("a", type=Path, help="result.json of the first run (A)")
-    comp.add_argument("b", type=Path, help="result.json of the second run (B)")
-    comp.add_argument("--json", action="store_true", help="print machine-readable JSON instead of a table")
-    parser.set_defaults(func=run)
+
+def _pacing(parser: argparse.ArgumentParser, rate: str) -> None:
+    from kvtier.bench.arrivals import ARRIVALS
+
+    parser.add_argument(
+        "--arrival",
+        choices=ARRIVALS,
+        help=f"gaps between sends at {rate}: fixed (default), poisson (random, exponential gaps) or gamma "
+        "(see --burstiness)",
+    )
+    parser.add_argument(
+        "--burstiness",
+        type=_positive_float,
+        help="gamma arrivals' shape, as vllm bench serve's: 1 is Poisson, below 1 burstier, above 1 more even "
+        "(implies --arrival gamma)",
+    )
+    parser.add_argument(
+        "--duration", type=_positive_float, help="send for this many seconds, then let requests in flight finish"
+    )
 
 
 def _common(parser: argparse.ArgumentParser, api: str) -> None:
@@ -201,12 +283,31 @@ def _common(parser: argparse.ArgumentParser, api: str) -> None:
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no live progress bar")
     parser.add_argument("--json", action="store_true", help="print the result JSON on stdout instead of a table")
+    parser.add_argument("--wide", action="store_true", help="every column and percentile (tables wider than 80)")
+    parser.add_argument(
+        "--percentiles",
+        type=_percentiles,
+        default=(50.0, 90.0, 99.0),
+        help="latency percentiles to report, comma-separated (default 50,90,99; e.g. 50,90,99,99.9)",
+    )
+    parser.add_argument(
+        "--slo",
+        type=_slo,
+        help="goodput bounds per request, like ttft=500ms,tpot=50ms (metrics ttft, tpot, e2e; ms or s): the "
+        "summary counts the requests that met all of them",
+    )
+    parser.add_argument(
+        "--max-error-rate",
+        type=_fraction,
+        help="exit 1 when more than this share of requests failed (0 to 1; default: only when none succeeded)",
+    )
 
 
 _SWEEP_HELP = """Each prompt length is sent cold to --write-url, then byte-identical to --read-url. With two pods
 behind no router, a fast read is a cross-pod hit (L2). Prompts are salted per run, so a re-run starts cold."""
-_MULTI_HELP = """Conversations accumulate history turn by turn on --write-url; the exact same requests are then
-replayed on --read-url (cross-pod reuse of long histories)."""
+_MULTI_HELP = """Conversations accumulate history turn by turn on --write-url. Once a conversation has finished all
+its turns, --read-url gets it once: the byte-identical request of one turn (conversation c: turn T - c mod T), a
+history that pod has never seen, so whatever it reuses comes from the shared L2 alone."""
 _SHARED_HELP = """Users share one system prompt; each has its own context and questions. Requests go out at --qps,
 at most --concurrency at once. Run it against two routing setups and `kvtier bench compare` the results."""
 _TRACE_HELP = """Replays a Mooncake trace (timestamp ms, input_length, output_length, hash_ids of 512-token blocks):
@@ -238,6 +339,8 @@ def run(args: argparse.Namespace) -> int:
         progress=not args.no_progress and not args.json,
         ignore_eos=args.ignore_eos,
         label=args.label,
+        percentiles=tuple(args.percentiles),
+        slo_ms=args.slo,
     )
     try:
         result = run_workload(workload, options)
@@ -249,12 +352,54 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.to_json())
     else:
-        _print_summary(result, files)
+        _print_summary(result, files, wide=args.wide)
+    return _verdict(result, args.max_error_rate)
+
+
+def _verdict(result: BenchResult, max_error_rate: float | None) -> int:
+    """The exit code of a finished (or interrupted) run, with its reason on stderr."""
+    if result.partial:
+        print(f"kvtier bench: {_partial(result)}", file=sys.stderr)
+        return INTERRUPTED
     if result.ok == 0:
-        kinds = ", ".join(f"{n} {k}" for k, n in _error_kinds(result).items())
+        kinds = ", ".join(f"{n} {k}" for k, n in _error_kinds(result.records).items())
         print(f"kvtier bench: no request succeeded ({len(result.records)} sent: {kinds})", file=sys.stderr)
         return int(ExitCode.PROBLEMS)
+    for run in result.runs():
+        records = result.run_records(run)
+        if records and not any(r.ok for r in records):
+            kinds = ", ".join(f"{n} {k}" for k, n in _error_kinds(records).items())
+            print(
+                f"kvtier bench: every {run} request failed ({len(records)} sent: {kinds}); the {result.workload} "
+                "measured nothing there",
+                file=sys.stderr,
+            )
+            return int(ExitCode.PROBLEMS)
+    errors = len(result.records) - result.ok
+    if max_error_rate is not None and result.records and errors / len(result.records) > max_error_rate:
+        print(
+            f"kvtier bench: {errors} of {len(result.records)} requests failed "
+            f"({errors / len(result.records):.1%}), above --max-error-rate {max_error_rate:g}",
+            file=sys.stderr,
+        )
+        return int(ExitCode.PROBLEMS)
     return int(ExitCode.OK)
+
+
+def _partial(result: BenchResult) -> str:
+    from kvtier.bench.terminal import partial_note
+
+    return partial_note(result) + " The result files are marked partial."
+
+
+def _pacing_args(args: argparse.Namespace, has_rate: bool) -> dict[str, Any]:
+    """--arrival/--burstiness/--duration as workload fields; burstiness alone means gamma arrivals."""
+    arrival = args.arrival or ("gamma" if args.burstiness is not None else "fixed")
+    if args.burstiness is not None and arrival != "gamma":
+        raise UsageError(f"--burstiness shapes gamma arrivals, not {arrival} ones; use --arrival gamma")
+    if (args.arrival or args.burstiness is not None) and not has_rate:
+        raise UsageError("--arrival and --burstiness pace requests at --qps; a trace replayed by timestamp has its own")
+    return {"arrival": arrival, "burstiness": args.burstiness or 1.0, "duration_s": args.duration}
 
 
 def _workload(args: argparse.Namespace) -> Workload:
@@ -268,6 +413,8 @@ def _workload(args: argparse.Namespace) -> Workload:
             max_tokens=args.max_tokens,
             settle_s=args.settle_s,
             local_repeat=args.local_repeat,
+            repeat=args.repeat,
+            warmup=not args.no_warmup,
         )
     if args.workload == "multiturn":
         return w.MultiTurn(
@@ -293,7 +440,9 @@ def _workload(args: argparse.Namespace) -> Workload:
             qps=args.qps,
             concurrency=args.concurrency,
             user_header=args.user_header or None,
+            **_pacing_args(args, has_rate=True),
         )
+    pacing = _pacing_args(args, has_rate=args.qps is not None)
     from kvtier.trace import load_trace
 
     requests = load_trace(args.trace, block_tokens=args.block_size, limit=args.limit).requests
@@ -307,8 +456,9 @@ def _workload(args: argparse.Namespace) -> Workload:
         block_tokens=args.block_size,
         max_tokens=args.max_tokens,
         concurrency=args.concurrency,
+        **pacing,
     )
-    if replay.planned() == 0:
+    if not replay.plan()[0]:
         raise UsageError(
             f"all {len(requests)} requests of {args.trace} are longer than --max-model-len {args.max_model_len} "
             "(input + output tokens); raise it or cap outputs with --max-tokens"
@@ -341,91 +491,29 @@ def _write(result: BenchResult, outdir: Path, *, plots: bool) -> list[Path]:
     return files + pngs
 
 
-def _error_kinds(result: BenchResult) -> dict[str, int]:
+def _error_kinds(records: list[Any]) -> dict[str, int]:
     kinds: dict[str, int] = {}
-    for r in result.records:
+    for r in records:
         if not r.ok:
             kinds[r.error_kind or "unknown"] = kinds.get(r.error_kind or "unknown", 0) + 1
     return kinds
 
 
-def _print_summary(result: BenchResult, files: list[Path]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _print_summary(result: BenchResult, files: list[Path], *, wide: bool) -> None:
+    from kvtier.bench.terminal import WIDTH, summary_lines, wrap
 
-    from kvtier.bench.report import ms, num
-
-    console = Console()
-    for p in result.probes:
-        if not p["answered"]:
-            console.print(f"[yellow]warning:[/yellow] {p['url']} did not answer GET /v1/models: {p['error']}")
-    table = Table(title=f"kvtier bench {result.workload} (salt {result.settings.get('salt')})")
-    for col in ("run", "requests", "ok", "errors", "TTFT p50 ms", "p90", "p99", "ITL p50 ms", "E2E p50 ms", "req/s"):
-        table.add_column(col, justify="left" if col == "run" else "right")
-    for name, s in result.summaries().items():
-        table.add_row(
-            name,
-            str(s["requests"]),
-            str(s["ok"]),
-            f"[red]{s['errors']}[/red]" if s["errors"] else "0",
-            ms(s["ttft_ms"]["p50"]),
-            ms(s["ttft_ms"]["p90"]),
-            ms(s["ttft_ms"]["p99"]),
-            ms(s["itl_ms"]["p50"]),
-            ms(s["e2e_ms"]["p50"]),
-            num(s["request_throughput"], 2),
-        )
-    console.print(table)
-    for row in result.details.get("sweep", []):
-        speed = f"{row['speedup']:.2f}x" if row["speedup"] else "n/a"
-        console.print(
-            f"length {row['length']:>5} ({num(row['prompt_tokens'])} tok): cold {ms(row['cold_ttft_ms'])} ms, "
-            f"reused {ms(row['reused_ttft_ms'])} ms, speedup {speed}"
-        )
-    for report in result.cache:
-        hits = ", ".join(f"{k} {num(t['hit_tokens'])}/{num(t['query_tokens'])}" for k, t in report["tiers"].items())
-        console.print(f"cache hits at {report['url']}: {hits or 'none readable'}", highlight=False)
-        for note in report["notes"]:
-            console.print(f"  - {note}", highlight=False, style="dim")
-    console.print("wrote: " + ", ".join(str(f) for f in files), highlight=False)
+    lines = summary_lines(result, wide)
+    lines += wrap("wrote: " + ", ".join(str(f) for f in files), None if wide else WIDTH)
+    print("\n".join(lines))
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from kvtier.bench.compare import compare
+    from kvtier.bench.compare import compare, compare_lines
     from kvtier.bench.result import load_result
 
     data = compare(load_result(args.a), load_result(args.b))
     if args.json:
         print_json(data)
         return int(ExitCode.OK)
-    from rich.console import Console
-    from rich.table import Table
-
-    a, b = data["a"], data["b"]
-    table = Table(
-        title=f"A = {args.a} ({a['workload']}, {a['label'] or a['salt']})  B = {args.b} ({b['workload']}, {b['label'] or b['salt']})"
-    )
-    for col in ("section", "metric", "A", "B", "B - A", "B / A"):
-        table.add_column(col, justify="left" if col in ("section", "metric") else "right")
-    for row in data["rows"]:
-        table.add_row(
-            row["section"],
-            row["metric"],
-            _fmt(row["a"]),
-            _fmt(row["b"]),
-            _fmt(row["delta"], signed=True),
-            f"{row['ratio']:.2f}x" if row["ratio"] is not None else "-",
-        )
-    console = Console()
-    console.print(table)
-    for side in ("a", "b"):
-        if data[f"only_in_{side}"]:
-            console.print(f"runs only in {side.upper()}: {', '.join(data[f'only_in_{side}'])}")
+    print("\n".join(compare_lines(data, (str(args.a), str(args.b)), wide=args.wide)))
     return int(ExitCode.OK)
-
-
-def _fmt(value: float | None, *, signed: bool = False) -> str:
-    if value is None:
-        return "-"
-    text = f"{value:+,.2f}" if signed else f"{value:,.2f}"
-    return text.removesuffix(".00")
