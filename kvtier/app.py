@@ -11,15 +11,15 @@ import aws_cdk as cdk
 from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
 from kvtier.dist import write_dist
 from kvtier.errors import ConfigError, ExitCode
+from kvtier.feature_flags import FEATURE_FLAGS
 from kvtier.rules import load_checked
 from kvtier.stacks import EnvironmentStacks, build_environment
 
 
 def new_app(outdir: str, *, nag: bool = False) -> cdk.App:
     """The CDK app; with `nag` (or `-c nag=true`) cdk-nag's AwsSolutions pack validates the synth."""
-    # Strong cross-stack references (CloudFormation exports), explicitly: the design's stack dependencies are
-    # one-way (network -> cluster -> platform -> LOBs), which is what strong references protect.
-    app = cdk.App(outdir=outdir, context={"@aws-cdk/core:defaultCrossStackReferences": "strong"})
+    # The reviewed feature flags, strong cross-stack references among them (kvtier/feature_flags.py).
+    app = cdk.App(outdir=outdir, context=dict(FEATURE_FLAGS))
     if nag or str(app.node.try_get_context("nag")).lower() == "true":
         from cdk_nag import AwsSolutionsChecks
 
