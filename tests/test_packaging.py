@@ -23,7 +23,7 @@ def direct_pins() -> dict[str, str]:
     """requirements.txt's direct pins: the lines before its transitive block, as {name: specifier}."""
     text = (ROOT / "requirements.txt").read_text(encoding="utf-8")
     direct = text.split("# Transitive dependencies", 1)[0]
-    pins = {}
+    pins: dict[str, str] = {}
     for raw in direct.splitlines():
         line = raw.split("#", 1)[0].strip()
         if line:
