@@ -11,6 +11,7 @@ import aws_cdk as cdk
 from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
 from kvtier.dist import write_dist
 from kvtier.errors import ConfigError, ExitCode
+from kvtier.feature_flags import FEATURE_FLAGS
 from kvtier.rules import load_checked
 from kvtier.stacks import EnvironmentStacks, build_environment
 
@@ -21,9 +22,8 @@ def new_app(outdir: str, *, nag: bool = False, context: dict[str, str] | None = 
     aws-cdk-lib's built-in CloudFormation validation plugin is off: it starts a WASM engine per process (most of a
     synth's time), and its only findings on kvtier's templates are W3010, which cfn-lint checks in the tests anyway.
     `-c cfn_validation=true` turns it back on."""
-    # Strong cross-stack references (CloudFormation exports), explicitly: the design's stack dependencies are
-    # one-way (network -> cluster -> platform -> LOBs), which is what strong references protect.
-    context = {"@aws-cdk/core:defaultCrossStackReferences": "strong", **(context or {})}
+    # The reviewed feature flags, strong cross-stack references among them (kvtier/feature_flags.py).
+    context = {**FEATURE_FLAGS, **(context or {})}
     # The plugin is fixed when the App is built, and `-c` values reach the app only through the App (the CDK CLI
     # passes them in its environment), so a first App over the same folder reads the flag.
     validate = _flag(cdk.App(outdir=outdir, context=context), "cfn_validation")

@@ -99,10 +99,14 @@ def _set(config_dir: Path, edit: Any) -> None:
     path.write_text(yaml.safe_dump(data))
 
 
-def test_guard_on_real_synths(dev: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_guard_on_real_synths(dev: Synth, config_copy: Path, capfd: pytest.CaptureFixture[str]) -> None:
+    """capfd: also what the jsii kernel prints, such as a validation report's path (the synth folder is deleted)."""
+    capsys = capfd
     previous = str(dev.outdir)
     assert cli(["validate", "--config-dir", str(config_copy), "--previous", previous]) == 0
-    capsys.readouterr()
+    quiet = capsys.readouterr()
+    assert "validation-report.json" not in quiet.out + quiet.err
+    assert "configuration is valid" in quiet.out
     _set(config_copy, lambda d: d["hyperpod"].update(cluster_name="kvtier-dev-b"))
     assert cli(["validate", "--config-dir", str(config_copy), "--previous", previous]) == 1
     err = capsys.readouterr().err

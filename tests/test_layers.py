@@ -32,6 +32,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "kvtier.stats",
             "kvtier.benchdoc",
             "kvtier.day2",
+            "kvtier.feature_flags",
+            "kvtier.jsii_node",
             "kvtier.lambdas",
             "kvtier.k8s.curvine.scripts",
         ),

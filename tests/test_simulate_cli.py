@@ -15,7 +15,7 @@ from kvtier.config.loader import Config
 from kvtier.planner.model import TierModel
 from kvtier.simulate import STRATEGIES, SimConfig
 from kvtier.simulate.engine import JANITOR_EVERY_S, JANITOR_TARGET_FRACTION
-from tests.support import CONFIG_DIR, shared_path
+from tests.support import CONFIG_DIR, ROOT
 
 KV = 147_456  # bytes per token of Qwen3-8B in bf16 (36 layers x 8 KV heads x 128 x 2 x 2)
 
@@ -80,11 +80,10 @@ def simulate(*args: str) -> int:
     return main(["simulate", "--config-dir", str(CONFIG_DIR), *args])
 
 
-@pytest.mark.shared
-def test_example_config_and_synthetic_trace_give_all_four_strategies_and_plots(
+def test_example_config_and_shipped_sample_trace_give_all_four_strategies_and_plots(
     planner: FakePlanner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = shared_path("data/traces/mooncake_synthetic_trace.jsonl")
+    trace = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
     code = simulate("--lob", "retail", "--endpoint", "qwen3-8b", "--trace", str(trace), "--out", str(tmp_path))
     out = capsys.readouterr().out
     assert code == 0

@@ -17,9 +17,10 @@ from hypothesis import strategies as st
 from kvtier.planner.model import TierModel
 from kvtier.simulate import STRATEGIES, SimConfig, Trace, TraceRequest, load_trace, simulate
 from kvtier.simulate.trace import to_units
-from tests.support import shared_path
+from tests.support import ROOT, shared_path
 
 SYNTHETIC = "data/traces/mooncake_synthetic_trace.jsonl"
+SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"  # its first 500 lines, shipped
 MOONCAKE_SYNTHETIC_REUSE = 0.66  # Mooncake FAST'25 Table 2, "Cache Ratio" of the synthetic trace
 BIG = 10**12
 UNBOUNDED = TierModel(
@@ -57,6 +58,17 @@ def trace(path: Path) -> Trace:
     return load_trace(path)
 
 
+@pytest.fixture(scope="module")
+def sample() -> Trace:
+    return load_trace(SAMPLE)
+
+
+@pytest.mark.shared
+def test_the_shipped_sample_is_the_first_500_lines_of_the_trace(path: Path) -> None:
+    whole = path.read_bytes().split(b"\n")
+    assert SAMPLE.read_bytes() == b"\n".join(whole[:500]) + b"\n"
+
+
 def prefix_reuse(rows: list[dict[str, Any]], block: int = 512) -> tuple[int, int]:
     """Tokens of each request covered by its longest prefix of blocks seen before (in time order), and all tokens."""
     seen: set[int] = set()
@@ -91,16 +103,16 @@ def test_the_examples_length_cap_skips_about_forty_percent(rows: list[dict[str, 
     assert 0.35 < too_long / len(rows) < 0.45
 
 
-@pytest.mark.shared
-def test_same_seed_same_result_on_the_trace(trace: Trace) -> None:
+def test_same_seed_same_result_on_the_sample(sample: Trace) -> None:
+    trace = sample
     units = to_units(trace, EXAMPLE.chunk_tokens)
     for routing in ("prefixaware", "kvaware"):
         config = SimConfig(routing=routing, seed=3, l2_max_age_s=3600.0, janitor_every_s=300.0)
         assert simulate(units, EXAMPLE, config) == simulate(trace, EXAMPLE, config)
 
 
-@pytest.mark.shared
-def test_all_strategies_replay_the_trace_within_seconds(trace: Trace) -> None:
+def test_all_strategies_replay_the_sample_within_seconds(sample: Trace) -> None:
+    trace = sample
     started = time.perf_counter()
     results = [simulate(trace, EXAMPLE, SimConfig(routing=routing, janitor_every_s=300.0)) for routing in STRATEGIES]
     elapsed = time.perf_counter() - started
@@ -111,10 +123,9 @@ def test_all_strategies_replay_the_trace_within_seconds(trace: Trace) -> None:
         assert result.ttft_s["p50"] <= result.ttft_s["p90"] <= result.ttft_s["p99"]
 
 
-@pytest.mark.shared
 @pytest.mark.parametrize("routing", ["roundrobin", "session"])
-def test_a_larger_lru_tier_never_lowers_the_hit_rate_on_the_trace(trace: Trace, routing: str) -> None:
-    units = to_units(trace, EXAMPLE.chunk_tokens)
+def test_a_larger_lru_tier_never_lowers_the_hit_rate_on_the_sample(sample: Trace, routing: str) -> None:
+    units = to_units(sample, EXAMPLE.chunk_tokens)
     model = dataclasses.replace(EXAMPLE, l2_tokens=0)
     config = SimConfig(routing=routing)
     for tier in ("l0_tokens", "l1_tokens"):

@@ -41,6 +41,9 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
         before = templates(previous)  # read first: a broken folder is found before a full synth
     except ValueError as err:
         raise UsageError(f"{err}; pass the cdk.out folder of an earlier synth") from None
+    from kvtier.jsii_node import prefer_project_node
+
+    prefer_project_node()  # before aws_cdk starts the jsii kernel
     from kvtier.app import build, new_app
 
     with tempfile.TemporaryDirectory() as work:

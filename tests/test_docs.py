@@ -1,0 +1,304 @@
+"""The docs' commands are real: every shell command in README.md and docs/*.md parses, and the README's
+"Try it without AWS" block runs as written in a copy of the repository that has no shared folder beside it.
+
+Parsing means: a `kvtier ...` command parses with the CLI's own argparse parser and names an environment, LOB,
+endpoint and input file that exist (or that an earlier command of the same page writes); `make X` names a Makefile
+target; `python -m M` names an importable module; `npx cdk ...` names a cdk subcommand and an existing environment.
+Any other program must be in KNOWN_PROGRAMS, so a new kind of command gets a look before it is accepted.
+`<...>` is a placeholder the reader fills in: its value is not checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.util
+import io
+import os
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kvtier.cli import build_parser
+from tests.support import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL_BLOCKS = {"bash", "sh", "shell"}  # every line is a command
+PROMPT_BLOCKS = {"console", "text"}  # only `$ ` lines are commands
+# Programs the docs may run that kvtier cannot check further (cluster tools, coreutils, shell keywords).
+KNOWN_PROGRAMS = {
+    "source", "kubectl", "aws", "eksctl", "helm", "curl", "cp", "kill", "sleep", "seq", "for", "done", "break",
+    "findmnt", "df", "mkdir", "chmod", "ls", "wc", "head", "grep", "sh", "echo",
+}  # fmt: skip
+CDK_COMMANDS = {"synth", "deploy", "destroy", "bootstrap", "diff"}
+KEYWORDS = {"do", "then", "else", "time"}
+PLACEHOLDER = re.compile(r"<[A-Za-z][^<>\s]*>")
+FILLED = "PLACEHOLDER"
+PRODUCED_BY_MAKE_SYNTH = {"cdk.out", "dist"}
+VARIABLE = re.compile(r"\$\{?([A-Za-z_]\w*)\}?")
+
+
+@dataclass
+class Page:
+    """What earlier commands of a page left behind: files they write and shell variables they set."""
+
+    produced: set[str] = field(default_factory=lambda: set(PRODUCED_BY_MAKE_SYNTH))
+    variables: dict[str, str] = field(default_factory=dict)
+
+    def expand(self, word: str) -> str:
+        return VARIABLE.sub(lambda m: self.variables.get(m.group(1), FILLED), word)
+
+
+@dataclass(frozen=True)
+class Command:
+    page: Path
+    line: int
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.page.relative_to(ROOT)}:{self.line}: {self.text}"
+
+
+def commands(page: Path) -> list[Command]:
+    """Shell commands of one page, continuation lines joined, in order."""
+    found: list[Command] = []
+    lang: str | None = None
+    pending: tuple[int, str] | None = None
+    for number, raw in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("```"):
+            lang = (stripped[3:].strip() or "plain") if lang is None else None
+            continue
+        if lang is None:
+            continue
+        if pending is not None:
+            start, text = pending
+            text += " " + stripped
+        elif lang in SHELL_BLOCKS and stripped and not stripped.startswith("#"):
+            start, text = number, stripped
+        elif lang in PROMPT_BLOCKS and stripped.startswith("$ "):
+            start, text = number, stripped[2:]
+        else:
+            continue
+        if text.endswith("\\"):
+            pending = (start, text[:-1].rstrip())
+        else:
+            pending = None
+            found.append(Command(page, start, text))
+    return found
+
+
+def simple_commands(text: str) -> list[list[str]]:
+    """Split a command line at ; && || | & ( ) into word lists, dropping comments and redirections."""
+    text = PLACEHOLDER.sub(FILLED, text.replace("2>&1", ""))
+    lexer = shlex.shlex(text, posix=True, punctuation_chars="();|&")
+    lexer.whitespace_split = True
+    lexer.commenters = "#"
+    parts: list[list[str]] = [[]]
+    for token in lexer:
+        if token and set(token) <= set("();|&$"):
+            parts.append([])
+        elif not re.match(r"^\d?>", token):
+            parts[-1].append(token)
+    return [words for words in parts if words]
+
+
+def exists(path: str, produced: set[str]) -> bool:
+    """In the repository (a clone has nothing beside it), written by an earlier command, or a placeholder."""
+    if FILLED not in path and (path.startswith(("/", "..")) or not (ROOT / path).resolve().is_relative_to(ROOT)):
+        return False
+    return FILLED in path or (ROOT / path).exists() or path in produced or path.split("/", 1)[0] in produced
+
+
+def config_problems(args: argparse.Namespace) -> list[str]:
+    """The environment, LOB and endpoint a kvtier command names exist in its configuration folder."""
+    config_dir = ROOT / (getattr(args, "config_dir", None) or "config")
+    env = getattr(args, "env", None)
+    problems = []
+    if env and FILLED not in env and not (config_dir / "environments" / f"{env}.yaml").is_file():
+        problems.append(f"no environment {env!r} in {config_dir}")
+    lob = getattr(args, "lob", None)
+    if lob and FILLED not in lob:
+        lob_file = config_dir / "lobs" / f"{lob}.yaml"
+        if not lob_file.is_file():
+            return [*problems, f"no LOB {lob!r} in {config_dir}"]
+        endpoint = getattr(args, "endpoint", None)
+        names = [e["name"] for e in yaml.safe_load(lob_file.read_text(encoding="utf-8")).get("endpoints", [])]
+        if endpoint and FILLED not in endpoint and endpoint not in names:
+            problems.append(f"LOB {lob!r} has no endpoint {endpoint!r} ({', '.join(names)})")
+    return problems
+
+
+def kvtier_problems(words: list[str], page: Page) -> list[str]:
+    parser = build_parser()
+    with contextlib.redirect_stderr(io.StringIO()) as err, contextlib.redirect_stdout(io.StringIO()):
+        try:
+            args = parser.parse_args([page.expand(w) for w in words[1:]])
+        except SystemExit as exit_:
+            if exit_.code == 0 and ("--help" in words or "-h" in words or "--version" in words):
+                return []
+            return [f"does not parse: {err.getvalue().strip().splitlines()[-1]}"]
+    problems = config_problems(args)
+    for name in ("trace", "previous", "config_dir", "a", "b"):
+        value = getattr(args, name, None)
+        if value is not None and not exists(str(value), page.produced):
+            problems.append(f"{name.replace('_', '-')} {value} does not exist")
+    out = getattr(args, "out", None)
+    if out is not None:
+        page.produced.update({str(out), f"{out}/result.json"})
+    return problems
+
+
+def makefile_targets() -> set[str]:
+    text = (ROOT / "Makefile").read_text(encoding="utf-8")
+    return set(re.findall(r"^([A-Za-z][\w-]*):", text, re.MULTILINE))
+
+
+def problems_of(words: list[str], page: Page) -> list[str]:
+    while words and words[0] in KEYWORDS:
+        words = words[1:]
+    assignments = [tuple(w.split("=", 1)) for w in words if re.match(r"^[A-Z_]+=", w)]
+    if len(assignments) == len(words):  # VAR=value ..., or VAR=$(...) whose command is checked on its own
+        page.variables.update((name, value) for name, value in assignments)
+        return []
+    program = words[0]
+    if program == "kvtier":
+        return kvtier_problems(words, page)
+    if program == "make":
+        missing = [t for t in words[1:] if not t.startswith("-") and t not in makefile_targets()]
+        return [f"no Makefile target {t!r}" for t in missing]
+    if program == "python":
+        if words[1:2] != ["-m"] or importlib.util.find_spec(words[2]) is None:
+            return [f"not an importable module: {' '.join(words[1:3])}"]
+        return []
+    if program == "npx":
+        if words[1:2] != ["cdk"] or len(words) < 3 or words[2] not in CDK_COMMANDS:
+            return [f"not a cdk command this project uses: {' '.join(words[1:3])}"]
+        envs = [w.split("=", 1)[1] for w in words if w.startswith("env=")]
+        return [
+            f"no environment {e!r}"
+            for e in envs
+            if FILLED not in e and not (ROOT / f"config/environments/{e}.yaml").is_file()
+        ]
+    if program == "cp":
+        page.produced.add(words[-1])
+    if program == "curl" and "-o" in words:
+        page.produced.add(words[words.index("-o") + 1])
+    if program in KNOWN_PROGRAMS:
+        return []
+    return [f"unknown program {program!r}: add it to KNOWN_PROGRAMS if the docs may run it"]
+
+
+def all_commands() -> list[Command]:
+    return [command for page in PAGES for command in commands(page)]
+
+
+def test_the_docs_have_commands_to_check() -> None:
+    pages = {c.page.name for c in all_commands()}
+    assert {"README.md", "planning.md", "benchmarking.md", "existing-clusters.md", "l2.md"} <= pages
+    texts = [c.text for c in all_commands()]
+    assert "make synth   # set up, then synthesize the default environment (dev) into cdk.out/ and dist/" in texts
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_command_of_a_page_parses(page: Path) -> None:
+    state = Page()
+    problems = [f"{c}\n    {p}" for c in commands(page) for w in simple_commands(c.text) for p in problems_of(w, state)]
+    assert problems == [], "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("kvtier validate -e nosuch", "no environment 'nosuch'"),
+        (
+            "kvtier simulate --lob retail --endpoint nosuch --trace examples/traces/mooncake_synthetic_500.jsonl",
+            "no endpoint",
+        ),
+        ("kvtier simulate --trace missing.jsonl", "trace missing.jsonl does not exist"),
+        ("kvtier simulate --trace ../shared/data/traces/mooncake_synthetic_trace.jsonl", "does not exist"),
+        ("kvtier plan --tokenz 5", "does not parse"),
+        ("make synthesize", "no Makefile target"),
+        ("npx cdk deploy -c env=staging --all", "no environment 'staging'"),
+        ("rm -rf cdk.out", "unknown program 'rm'"),
+        ("python -m kvtier.no_such_module", "not an importable module"),
+    ],
+)
+def test_the_checker_catches_wrong_commands(text: str, problem: str) -> None:
+    found = [p for words in simple_commands(text) for p in problems_of(words, Page(produced=set()))]
+    assert any(problem in p for p in found), found
+
+
+def test_placeholders_and_files_written_earlier_are_accepted() -> None:
+    page = Page(produced=set())
+    lines = [
+        "cp -r cdk.out cdk.out.deployed",
+        "kvtier validate -e <env> --previous cdk.out.deployed",
+        "W=http://127.0.0.1:8101",
+        "kvtier bench sweep --write-url $W --out run1",
+        "kvtier bench compare run1/result.json run1/result.json",
+    ]
+    assert [p for line in lines for w in simple_commands(line) for p in problems_of(w, page)] == []
+    assert [p for w in simple_commands("kvtier bench sweep --write-url $UNSET") for p in problems_of(w, page)]
+
+
+def test_make_help_lists_every_target() -> None:
+    shown = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True, timeout=60)
+    listed = set(re.findall(r"^make ([\w-]+)", shown.stdout, re.MULTILINE))
+    assert listed == makefile_targets() - {"node_modules", "VENV"}
+
+
+def try_it_block() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Try it without AWS", 1)[1].split("\n## ", 1)[0]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -> None:
+    """The block runs with bash -e in a copy of the tracked files; only its two ports are swapped for free ones
+    (other test runs on this machine may hold 8101/8102). The copy uses this checkout's venv, not a new install."""
+    block = try_it_block()
+    assert "source .venv/bin/activate" in block and "kvtier simulate" in block and "kill $SERVER" in block
+    clone = tmp_path / "clone"
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True, timeout=30)
+    for name in filter(None, listed.stdout.decode().split("\0")):
+        if (ROOT / name).is_file():
+            (clone / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, clone / name)
+    (clone / ".venv").symlink_to(ROOT / ".venv")
+    assert not (clone.parent / "shared").exists()
+    for old, new in zip((8101, 8102), free_ports(2), strict=True):
+        block = block.replace(str(old), str(new))
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH", "KVTIER_CONFIG_DIR"}}
+    process = subprocess.Popen(
+        ["bash", "-e", "-o", "pipefail", "-c", block],
+        cwd=clone, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = process.communicate(timeout=180)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # the test server too, if the block stopped before `kill`
+    assert process.returncode == 0, output
+    assert "prefixaware*" in output  # simulate's table
+    assert "speedup" in output  # bench sweep's summary
+    assert list((clone / "bench-results").glob("sweep-*/result.json"))
