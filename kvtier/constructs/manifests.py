@@ -34,10 +34,12 @@ def addon_release(spec: AddonSpec, values: dict[str, Any] | None = None) -> Helm
 
 @dataclass
 class StackOutputs:
-    """What a stack contributes to dist/: its charts (as YAML files) and its releases (in a README)."""
+    """What a stack contributes to dist/: its charts (as YAML files), its releases (in a README), and plain files
+    (relative path -> text: rule files and dashboards)."""
 
     charts: list[KvtierChart] = field(default_factory=list)
     releases: list[HelmRelease] = field(default_factory=list)
+    files: dict[str, str] = field(default_factory=dict)
 
 
 def apply_chart(
