@@ -34,7 +34,7 @@ done
 for crd in policies clusterpolicies; do
   fetch "$KYVERNO/kyverno.io_${crd}.yaml" "$OUT/kyverno/kyverno.io_${crd}.yaml"
 done
-# Prometheus Operator CRDs are kept in the repository (CI is offline and ../shared does not carry them).
+# Prometheus Operator CRDs are kept in the repository: CI is offline and the shared reference folder lacks them.
 for crd in podmonitors servicemonitors prometheusrules; do
   fetch "$PROM/monitoring.coreos.com_${crd}.yaml" "tests/crds/prometheus-operator/monitoring.coreos.com_${crd}.yaml"
 done
