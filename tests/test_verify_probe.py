@@ -7,6 +7,7 @@ import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -57,7 +58,7 @@ def shared() -> Iterator[FakeCluster]:
         yield cluster
 
 
-def _run(access: StubAccess, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+def _run(access: StubAccess, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
     code = run_probe(CONFIG, access, as_json=True)
     return code, json.loads(capsys.readouterr().out)
 
@@ -74,7 +75,7 @@ def test_two_pods_sharing_l2_hit_and_exit_0(shared: FakeCluster, capsys: pytest.
     assert code == ExitCode.OK, report
     ((lob, endpoint),) = probe_targets(CONFIG)
     assert access.asked == [(lob, endpoint), (lob, "a"), (lob, "b")]
-    (result,) = report["results"]  # type: ignore[misc]
+    (result,) = report["results"]
     assert result["outcome"] == "hit" and (result["pod_a"], result["pod_b"]) == ("a", "b")
     assert result["hit_tokens"] == PROMPT_WORDS  # every word of the prompt came from the shared store to B
     assert b.log[-1].l2_hit == PROMPT_WORDS and b.log[-1].local_hit == 0
@@ -92,7 +93,7 @@ def test_two_pods_with_separate_caches_miss_and_exit_1(capsys: pytest.CaptureFix
     with FakeCluster(1) as one, FakeCluster(1) as other:
         code, report = _run(StubAccess(one.urls[0], other.urls[0]), capsys)
     assert code == ExitCode.PROBLEMS
-    (result,) = report["results"]  # type: ignore[misc]
+    (result,) = report["results"]
     assert result["outcome"] == "miss" and result["hit_tokens"] == 0 and result["a_write_bytes"] > 0
     assert "PYTHONHASHSEED" in result["message"] and "LMCACHE_REMOTE_URL" in result["message"]
 
@@ -100,20 +101,20 @@ def test_two_pods_with_separate_caches_miss_and_exit_1(capsys: pytest.CaptureFix
 def test_a_dead_pod_exits_3(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
     code, report = _run(StubAccess(shared.urls[0], _dead_url()), capsys)
     assert code == ExitCode.UNAVAILABLE
-    assert report["results"][0]["outcome"] == "unreachable"  # type: ignore[index]
+    assert report["results"][0]["outcome"] == "unreachable"
 
 
 def test_no_cluster_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
     code, report = _run(NoCluster("", ""), capsys)
     assert code == ExitCode.UNAVAILABLE
-    assert "does not answer" in report["results"][0]["message"]  # type: ignore[index]
+    assert "does not answer" in report["results"][0]["message"]
 
 
 def test_pods_on_one_node_are_not_a_cross_node_probe(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
     pods = [Pod("a", "node-1", True), Pod("b", "node-1", True), Pod("c", "node-2", False)]
     code, report = _run(StubAccess(shared.urls[0], shared.urls[1], pods), capsys)
     assert code == ExitCode.PROBLEMS
-    assert "two ready pods on different nodes" in report["results"][0]["message"]  # type: ignore[index]
+    assert "two ready pods on different nodes" in report["results"][0]["message"]
     assert not shared.servers[0].log  # nothing was sent
 
 

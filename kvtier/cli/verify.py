@@ -49,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
         try:
             access: PodAccess = KubePodAccess(args.context)
         except UnreachableError as err:
-            report = ProbeReport(config.env.name, (ProbeResult("-", "-", "unreachable", f"cannot check: {err}"),))
-            return emit_probe(report, as_json=args.json)
+            failed = ProbeReport(config.env.name, (ProbeResult("-", "-", "unreachable", f"cannot check: {err}"),))
+            return emit_probe(failed, as_json=args.json)
         return run_probe(config, access, as_json=args.json)
     from kvtier.ops.kube import read_snapshot
     from kvtier.ops.verify import verify
