@@ -19,7 +19,7 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
@@ -32,6 +32,7 @@ help:
 	@echo "make bench-setup  time a fresh install of the pinned packages, write docs/benchmarks.md"
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
+	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
 	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
 	@echo "make help         this list"
 
@@ -47,6 +48,12 @@ node_modules/.installed: package.json package-lock.json
 
 setup: $(VENV)/.installed node_modules/.installed
 
+# promtool (Debian's `prometheus` package) checks and unit-tests the alert and recording rules; installed only where
+# it is missing (tests skip without it outside CI and fail without it under CI).
+promtool:
+	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null) || \
+		echo "promtool could not be installed: the rule tests will skip (outside CI)"
+
 # With several stacks the CDK CLI ends `synth --quiet` with an info line "Supply a stack id (...) to display its
 # template" (aws-cdk 2.1148.1 lib/cli/cdk-toolkit.js `synth`): not useful here, so it is dropped; cdk's exit code stays.
 synth: setup
@@ -58,7 +65,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-pytest: setup
+pytest: setup promtool
 	$(PY) -m pytest
 
 # Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.

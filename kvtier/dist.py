@@ -44,12 +44,16 @@ def write_dist(root: Path, env_name: str, stacks: Mapping[str, StackOutputs]) ->
     staging = Path(tempfile.mkdtemp(prefix=f".{env_name}-", dir=root))
     try:
         for stack_name, outputs in stacks.items():
-            if not outputs.charts and not outputs.releases:
+            if not outputs.charts and not outputs.releases and not outputs.files:
                 continue
             folder = staging / stack_name
             folder.mkdir()
             for chart in outputs.charts:
                 (folder / f"{chart.node.id}.yaml").write_text(dump_manifests(outputs.objects(chart)), encoding="utf-8")
+            for relative, text in outputs.files.items():
+                path = folder / relative
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(text, encoding="utf-8")
             (folder / "README.md").write_text(_readme(stack_name, outputs), encoding="utf-8")
         if target.exists():
             shutil.rmtree(target)
@@ -65,6 +69,10 @@ def _readme(stack_name: str, outputs: StackOutputs) -> str:
     if outputs.charts:
         lines += ["## Manifests (cdk8s)", ""]
         lines += [f"- `{c.node.id}.yaml`: {len(outputs.objects(c))} objects" for c in outputs.charts]
+        lines.append("")
+    if outputs.files:
+        lines += ["## Files", ""]
+        lines += [f"- `{name}`" for name in sorted(outputs.files)]
         lines.append("")
     if outputs.releases:
         lines += [

@@ -6,14 +6,18 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 HPCLI_COMMIT="011ca927123e02b35a399935bbb3ab1905fe33c7"   # aws/sagemaker-hyperpod-cli, HYPERPOD_CLI_CRD_COMMIT
 KYVERNO_TAG="v1.19.0"                                      # kyverno/kyverno, KYVERNO_APP_VERSION (chart 3.9.0)
+PROM_OPERATOR_TAG="v0.93.0"                                # prometheus-operator, tests/crds/prometheus-operator/README.md
 OUT=".crds"
 
 HPCLI="https://raw.githubusercontent.com/aws/sagemaker-hyperpod-cli/${HPCLI_COMMIT}/helm_chart/HyperPodHelmChart/charts/inference-operator/config/crd"
 KYVERNO="https://raw.githubusercontent.com/kyverno/kyverno/${KYVERNO_TAG}/config/crds/kyverno"
 
+PROM="https://raw.githubusercontent.com/prometheus-operator/prometheus-operator/${PROM_OPERATOR_TAG}/example/prometheus-operator-crd"
+
 # The pins above must be the ones the code uses.
 grep -q "HYPERPOD_CLI_CRD_COMMIT = \"${HPCLI_COMMIT}\"" kvtier/versions.py
 grep -q "KYVERNO_APP_VERSION = \"${KYVERNO_TAG}\"" kvtier/versions.py
+grep -q "prometheus-operator@${PROM_OPERATOR_TAG}" tests/crds/prometheus-operator/README.md
 
 fetch() {  # url target
   local tmp
@@ -29,4 +33,8 @@ for crd in inferenceendpointconfigs jumpstartmodels sagemakerendpointregistratio
 done
 for crd in policies clusterpolicies; do
   fetch "$KYVERNO/kyverno.io_${crd}.yaml" "$OUT/kyverno/kyverno.io_${crd}.yaml"
+done
+# Prometheus Operator CRDs are kept in the repository: CI is offline and the shared reference folder lacks them.
+for crd in podmonitors servicemonitors prometheusrules; do
+  fetch "$PROM/monitoring.coreos.com_${crd}.yaml" "tests/crds/prometheus-operator/monitoring.coreos.com_${crd}.yaml"
 done

@@ -4,6 +4,11 @@ Every endpoint pod has exactly one LMCACHE_REMOTE_URL pointing at its own L2 dir
 and LMCACHE_REMOTE_SERDE=naive; every GPU node runs one ready Curvine worker and every master is ready; every LOB's
 `l2-cache` claim is bound and its Kyverno Policy ready. Read-only, through your kubeconfig.
 Exit 0 all good, 1 problems found, 3 cannot reach the cluster.
+
+--probe proves the L2 end to end instead: for each endpoint with an L2, one salted ~2,000-token prompt to a ready pod
+A, then (after LMCache's asynchronous store) to a ready pod B on another node, reached by port-forward through the
+Kubernetes API; exit 0 with the tokens B took from L2, 1 with the likely cause of a miss, 3 when the cluster or a
+pod cannot be reached. At most a few minutes per endpoint; read-only apart from the two requests.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
 
 if TYPE_CHECKING:
+    from kvtier.config.loader import Config
+    from kvtier.ops.probe import PodAccess, ProbeReport
     from kvtier.ops.verify import VerifyReport
 
 
@@ -27,11 +34,24 @@ def register(sub: Any) -> None:
     add_env_options(parser)
     add_json_option(parser)
     parser.add_argument("--context", default=None, help="kubeconfig context (default: the current one)")
+    parser.add_argument(
+        "--probe", action="store_true", help="prove a cross-pod L2 hit per endpoint with two requests (see above)"
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
+    if args.probe:
+        from kvtier.ops.portforward import KubePodAccess
+        from kvtier.ops.probe import ProbeReport, ProbeResult, UnreachableError
+
+        try:
+            access: PodAccess = KubePodAccess(args.context)
+        except UnreachableError as err:
+            failed = ProbeReport(config.env.name, (ProbeResult("-", "-", "unreachable", f"cannot check: {err}"),))
+            return emit_probe(failed, as_json=args.json)
+        return run_probe(config, access, as_json=args.json)
     from kvtier.ops.kube import read_snapshot
     from kvtier.ops.verify import verify
 
@@ -60,3 +80,38 @@ def print_report(report: VerifyReport) -> None:
         console.print(f"[bold red]{problems} problem(s)[/bold red] in {len(report.findings)} checks")
     else:
         console.print(f"[green]all {len(report.findings)} checks passed[/green]")
+
+
+def probe_targets(config: Config) -> list[tuple[str, str]]:
+    """(lob, endpoint) of every endpoint with an L2, in configuration order."""
+    return [(lob.name, e.name) for lob in config.lobs for e in lob.endpoints if e.cache.l2 != "none"]
+
+
+def run_probe(config: Config, access: PodAccess, *, as_json: bool) -> int:
+    import asyncio
+
+    from kvtier.ops.probe import probe_all
+
+    report = asyncio.run(probe_all(config.env.name, probe_targets(config), access))
+    return emit_probe(report, as_json=as_json)
+
+
+def emit_probe(report: ProbeReport, *, as_json: bool) -> int:
+    if as_json:
+        print_json(report.to_json())
+        return int(report.exit_code)
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"kvtier {report.environment}: cross-pod L2 probe")
+    for column in ("endpoint", "pods (A -> B)", "result", "hit tokens", "detail"):
+        table.add_column(column, overflow="fold")
+    colours = {"hit": "green", "miss": "bold red", "unreachable": "bold yellow"}
+    for r in report.results:
+        pods = f"{r.pod_a} -> {r.pod_b}" if r.pod_a else "-"
+        result = f"[{colours[r.outcome]}]{r.outcome}[/{colours[r.outcome]}]"
+        table.add_row(f"{r.lob}/{r.endpoint}", pods, result, str(r.hit_tokens), r.message)
+    Console().print(table)
+    if not report.results:
+        Console().print("no endpoint has an L2: nothing to probe")
+    return int(report.exit_code)

@@ -15,6 +15,7 @@ from kvtier.config.eks import EksConfig
 from kvtier.config.hyperpod import HyperPodConfig, InstanceGroup, Role
 from kvtier.config.lob import LOB_NAME_MAX
 from kvtier.config.network import NetworkConfig, plan_subnets
+from kvtier.config.observability import ObservabilityConfig
 from kvtier.versions import KUBERNETES_VERSION, UPGRADE_HINT
 
 ENV_NAME_MAX = 12
@@ -81,6 +82,7 @@ class Environment(StrictModel):
     hyperpod: HyperPodConfig
     catalog_overrides: CatalogOverrides = Field(default_factory=dict)
     curvine: CurvineConfig = CurvineConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
     lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 
@@ -174,6 +176,13 @@ class Environment(StrictModel):
                         "use a fraction of the dense BF16 peak between 0 and 1 (0.5 is the default)",
                     )
         self._existing_cluster_checks()
+        addon = self.observability.hyperpod_addon
+        if addon is not None and addon.region != self.region:
+            raise FieldError(
+                "observability.hyperpod_addon.amp_workspace_arn",
+                f"the workspace is in {addon.region}, the environment in {self.region}",
+                f"use a workspace in {self.region} (the add-on writes to its own region)",
+            )
         for i, lob in enumerate(self.lobs):
             if self.lobs.index(lob) != i:
                 raise FieldError(f"lobs[{i}]", f"'{lob}' is listed twice", "list each line of business once")

@@ -34,10 +34,13 @@ def addon_release(spec: AddonSpec, values: dict[str, Any] | None = None) -> Helm
 
 @dataclass
 class StackOutputs:
-    """What a stack contributes to dist/: its charts (as YAML files) and its releases (in a README)."""
+    """What a stack contributes to dist/: its charts (as YAML files), its releases (in a README), and plain files
+    (relative path -> text: rule files and dashboards)."""
 
     charts: list[KvtierChart] = field(default_factory=list)
     releases: list[HelmRelease] = field(default_factory=list)
+    # Other generated files (e.g. Grafana dashboards) by path under the stack's dist/ folder.
+    files: dict[str, str] = field(default_factory=dict)
     # Each chart's objects as applied, by chart id: rendered once (cdk8s's to_json is the slow part of a synth).
     rendered: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 

@@ -17,7 +17,7 @@ namespace that is not another LOB's. Operator-mode engines accept the operator's
 health checks) and the load balancer subnets (the operator's ALB sends to pod IPs from there): the public subnets
 of a VPC kvtier creates, or `existing.load_balancer_cidrs`. Not the whole VPC: with the VPC CNI, pod IPs are VPC
 IPs, so that would let other LOBs in. Metrics scrapers are allowed from namespaces labelled
-`kvtier.io/metrics-scraper=true`. Egress stays open (model downloads, AWS APIs, DNS).
+`kvtier.io/metrics-scraper=true`, on the ports kvtier's PodMonitors scrape (engines, routers, janitors). Egress stays open (model downloads, AWS APIs, DNS).
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.network import plan_subnets
 from kvtier.k8s.base import KvtierChart, api_object
-from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, OPERATOR_NAMESPACE
+from kvtier.k8s.endpoint_names import COMPONENT_LABEL, OPERATOR_NAMESPACE
 from kvtier.k8s.namespace import LOB_LABEL
+from kvtier.k8s.observability.scrape import LOB_SCRAPE_PORTS
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 # The LOB's pods without a GPU: routers and benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only
@@ -94,7 +95,7 @@ def network_policies(lob: LineOfBusiness, lb_cidrs: Sequence[str]) -> list[dict[
             [
                 {
                     "from": [{"namespaceSelector": {"matchLabels": {METRICS_SCRAPER_LABEL: "true"}}}],
-                    "ports": [{"protocol": "TCP", "port": ENGINE_PORT}],
+                    "ports": [{"protocol": "TCP", "port": port} for port in LOB_SCRAPE_PORTS],
                 }
             ],
         ),

@@ -20,6 +20,7 @@ from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.constructs.manifests import apply_chart
 from kvtier.constructs.model_access import ModelReaderRole, s3_models
+from kvtier.constructs.observability import AmpRules
 from kvtier.k8s.base import KvtierChart, api_object, chart_app
 from kvtier.k8s.bench_job import add_bench_job
 from kvtier.k8s.curvine.healer import add_healer_access
@@ -29,6 +30,8 @@ from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.isolation import add_isolation
 from kvtier.k8s.kyverno_policy import add_l2_policy
 from kvtier.k8s.namespace import add_namespace
+from kvtier.k8s.observability.charts import add_lob_observability, lob_files
+from kvtier.k8s.observability.rules import lob_groups
 from kvtier.k8s.operator_endpoint import add_operator_endpoint
 from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
@@ -75,6 +78,7 @@ class LobStack(KvtierStack):
         self.policy_ready = self._policy_ready() if any(rewired(e) for e in lob.endpoints) else None
         self.endpoints = {endpoint.name: self._endpoint(endpoint) for endpoint in lob.endpoints}
         self.benchmarks = {e.name: self._benchmark(e) for e in lob.endpoints if e.bench.enabled}
+        self.observability = self._observability()
 
     def _chart(self, id: str) -> KvtierChart:
         return KvtierChart(self._app, id, namespace=self.namespace)
@@ -182,3 +186,16 @@ class LobStack(KvtierStack):
         chart = self._chart(f"bench-{endpoint.name}")
         add_bench_job(chart, self.config_env, self.lob.name, endpoint)
         return self._apply(f"Bench-{endpoint.name}", chart, self.endpoints[endpoint.name])
+
+    def _observability(self) -> eks.KubernetesManifest | AmpRules | None:
+        """The LOB's PodMonitors and rules (`observability` section); its rule file goes to dist/ in every mode."""
+        env = self.config_env
+        self.outputs.files.update(lob_files(env, self.lob))
+        if env.observability.mode == "prometheus-operator":
+            chart = self._chart("observability")
+            add_lob_observability(chart, env, self.lob)
+            return self._apply("Observability", chart, self.namespace_manifest)
+        if env.observability.mode == "hyperpod-addon":
+            groups = lob_groups(env, self.lob)
+            return AmpRules(self, "AmpRules", env=env, name=f"kvtier-{env.name}-{self.lob.name}", groups=groups)
+        return None

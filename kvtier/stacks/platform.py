@@ -9,8 +9,11 @@ from kvtier.config.loader import Config
 from kvtier.constructs.inference_operator import InferenceOperator
 from kvtier.constructs.kyverno import Kyverno
 from kvtier.constructs.manifests import apply_chart
-from kvtier.k8s.base import chart_app
+from kvtier.constructs.observability import AmpRules
+from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine.charts import curvine_charts
+from kvtier.k8s.observability.charts import add_platform_observability, platform_files
+from kvtier.k8s.observability.rules import platform_groups
 from kvtier.stacks.base import KvtierStack
 
 
@@ -29,6 +32,7 @@ class PlatformStack(KvtierStack):
         self.curvine = self._curvine() if self.config_env.hyperpod.installs("curvine") else []
         self.operator = self._operator(oidc_provider_arn, hyperpod_cluster_arn)
         self.kyverno = self._kyverno()
+        self.observability = self._observability()
 
     def _curvine(self) -> list[eks.KubernetesManifest]:
         """Curvine's charts, each applied after the previous one (namespace, cluster, CSI driver). On an existing
@@ -61,3 +65,19 @@ class PlatformStack(KvtierStack):
         if not self.config_env.hyperpod.installs("kyverno"):
             return None
         return Kyverno(self, "Kyverno", env=self.config_env, cluster=self.cluster, outputs=self.outputs)
+
+    def _observability(self) -> eks.KubernetesManifest | AmpRules | None:
+        """Scrape objects, rules and dashboards (the `observability` section); rule files and dashboards go to dist/
+        in every mode."""
+        env = self.config_env
+        self.outputs.files.update(platform_files(env))
+        if env.observability.mode == "prometheus-operator":
+            chart = KvtierChart(chart_app(), "observability")
+            add_platform_observability(chart, env)
+            manifest = apply_chart(self, "Observability", self.cluster, chart, self.outputs)
+            for dependency in self.curvine:  # the curvine namespace holds Curvine's monitors and the rules
+                manifest.node.add_dependency(dependency)
+            return manifest
+        if env.observability.mode == "hyperpod-addon":
+            return AmpRules(self, "AmpRules", env=env, name=f"kvtier-{env.name}", groups=platform_groups(env))
+        return None

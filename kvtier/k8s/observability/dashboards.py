@@ -1,0 +1,210 @@
+"""Grafana dashboards as data, built with grafana-foundation-sdk (Grafana 11.6 schema; pin in requirements.txt).
+
+Two dashboards read only kvtier's recording rules and the Curvine series, with template variables for the LOB and
+the endpoint, so one definition serves every environment and LOB: an environment overview (per-LOB hit rates per
+tier, TTFT p50/p90, L2 usage against budget, Curvine health) and an endpoint view.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.common import GraphDrawStyle
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
+
+DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+OVERVIEW_UID = "kvtier-overview"
+ENDPOINT_UID = "kvtier-endpoint"
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str
+
+
+@dataclass(frozen=True)
+class PanelSpec:
+    """One panel: what the JSON and the docs' plot of the same panels are both drawn from."""
+
+    title: str
+    unit: str  # Grafana unit: percentunit, s, bytes, short
+    queries: tuple[Query, ...]
+    kind: str = "timeseries"  # or "stat"
+
+
+def _ratio(record: str, legend: str, selector: str) -> Query:
+    return Query(f"{record}{{{selector}}}", legend)
+
+
+def overview_panels() -> list[PanelSpec]:
+    lob = 'lob=~"$lob"'
+    return [
+        PanelSpec(
+            "Prompt tokens served from a cache, by LOB",
+            "percentunit",
+            (Query(f"lob:kvtier_cached_prompt_tokens:ratio5m{{{lob}}}", "{{lob}}"),),
+        ),
+        PanelSpec(
+            "Hit rate per tier (token share of prompts)",
+            "percentunit",
+            tuple(_ratio(f"lob:kvtier_{t}_hit:ratio5m", f"{{{{lob}}}} {t.upper()}", lob) for t in ("l0", "l1", "l2")),
+        ),
+        PanelSpec(
+            "TTFT p50 / p90 by endpoint",
+            "s",
+            (
+                Query(f"lob_endpoint:vllm_ttft_seconds:p50_5m{{{lob}}}", "{{lob}}/{{kvtier_endpoint}} p50"),
+                Query(f"lob_endpoint:vllm_ttft_seconds:p90_5m{{{lob}}}", "{{lob}}/{{kvtier_endpoint}} p90"),
+            ),
+        ),
+        PanelSpec(
+            "L2 used vs budget, by LOB",
+            "bytes",
+            (
+                Query(f"lob:kvtier_l2_used:bytes{{{lob}}}", "{{lob}} used"),
+                Query(f"lob:kvtier_l2_budget:bytes{{{lob}}}", "{{lob}} budget"),
+            ),
+        ),
+        PanelSpec(
+            "Janitor deletions (bytes/s, 1 h)",
+            "Bps",
+            (Query(f"lob_reason:kvtier_janitor_deleted_bytes:rate1h{{{lob}}}", "{{lob}} {{reason}}"),),
+        ),
+        PanelSpec(
+            "Curvine pool used",
+            "percentunit",
+            (Query("kvtier:curvine_pool_used:ratio", "pool"),),
+            "stat",
+        ),
+        PanelSpec(
+            "Curvine live workers",
+            "short",
+            (Query('max(worker_num{kvtier_component="master", tag="live"})', "live workers"),),
+            "stat",
+        ),
+        PanelSpec(
+            "Curvine scrape targets up",
+            "short",
+            (Query('sum by (kvtier_component) (up{kvtier_component=~"master|worker|fuse"})', "{{kvtier_component}}"),),
+        ),
+    ]
+
+
+def endpoint_panels() -> list[PanelSpec]:
+    sel = 'lob="$lob", kvtier_endpoint="$endpoint"'
+    return [
+        PanelSpec(
+            "Hit rate per tier",
+            "percentunit",
+            tuple(_ratio(f"lob_endpoint:kvtier_{t}_hit:ratio5m", t.upper(), sel) for t in ("l0", "l1", "l2")),
+        ),
+        PanelSpec(
+            "Prompt tokens/s by source",
+            "short",
+            (
+                Query(f"lob_endpoint:kvtier_prompt_tokens:rate5m{{{sel}}}", "all prompt tokens"),
+                Query(f"lob_endpoint:kvtier_l0_hit_tokens:rate5m{{{sel}}}", "L0 GPU"),
+                Query(f"lob_endpoint:kvtier_l1_hit_tokens:rate5m{{{sel}}}", "L1 CPU"),
+                Query(f"lob_endpoint:kvtier_l2_hit_tokens:rate5m{{{sel}}}", "L2 Curvine"),
+            ),
+        ),
+        PanelSpec(
+            "TTFT p50 / p90",
+            "s",
+            (
+                Query(f"lob_endpoint:vllm_ttft_seconds:p50_5m{{{sel}}}", "p50"),
+                Query(f"lob_endpoint:vllm_ttft_seconds:p90_5m{{{sel}}}", "p90"),
+            ),
+        ),
+        PanelSpec(
+            "LMCache retrieve / store latency p90",
+            "s",
+            (
+                Query(
+                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_retrieve_bucket{{{sel}}}[5m])))",
+                    "retrieve p90",
+                ),
+                Query(
+                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_store_bucket{{{sel}}}[5m])))",
+                    "store p90",
+                ),
+            ),
+        ),
+        PanelSpec(
+            "L2 read / write bytes/s",
+            "Bps",
+            (
+                Query(f"lob_endpoint:kvtier_l2_read_bytes:rate5m{{{sel}}}", "read"),
+                Query(f"sum(rate(lmcache:num_remote_write_bytes_total{{{sel}}}[5m]))", "write"),
+            ),
+        ),
+        PanelSpec(
+            "L1 CPU cache used per pod",
+            "bytes",
+            (Query(f"sum by (pod) (lmcache:local_cache_usage{{{sel}}})", "{{pod}}"),),
+        ),
+    ]
+
+
+def _panel(spec: PanelSpec, index: int) -> Any:
+    width, height = 12, 8
+    grid = GridPos(h=height, w=width, x=(index % 2) * width, y=(index // 2) * height)
+
+    if spec.kind == "stat":
+        panel: Any = stat.Panel()
+    else:
+        panel = timeseries.Panel().draw_style(GraphDrawStyle.LINE).fill_opacity(10)
+    panel = panel.title(spec.title).unit(spec.unit).datasource(DATASOURCE).grid_pos(grid)
+    for i, q in enumerate(spec.queries):
+        panel = panel.with_target(
+            prometheus.Dataquery().expr(q.expr).legend_format(q.legend).ref_id(chr(ord("A") + i)).datasource(DATASOURCE)
+        )
+    return panel
+
+
+def _variables(board: dashboard.Dashboard, *, endpoint: bool) -> dashboard.Dashboard:
+    board = board.with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+    board = board.with_variable(
+        dashboard.QueryVariable("lob")
+        .label("Line of business")
+        .datasource(DATASOURCE)
+        .query("label_values(lob_endpoint:kvtier_prompt_tokens:rate5m, lob)")
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(not endpoint)
+        .include_all(not endpoint)
+    )
+    if endpoint:
+        board = board.with_variable(
+            dashboard.QueryVariable("endpoint")
+            .label("Endpoint")
+            .datasource(DATASOURCE)
+            .query('label_values(lob_endpoint:kvtier_prompt_tokens:rate5m{lob="$lob"}, kvtier_endpoint)')
+            .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        )
+    return board
+
+
+def _dashboard(uid: str, title: str, panels: list[PanelSpec], *, endpoint: bool) -> dict[str, Any]:
+    board = (
+        dashboard.Dashboard(title).uid(uid).tags(["kvtier"]).refresh("30s").time("now-6h", "now").timezone("browser")
+    )
+    board = _variables(board, endpoint=endpoint)
+    for i, spec in enumerate(panels):
+        board = board.with_panel(_panel(spec, i))
+    data: dict[str, Any] = json.loads(JSONEncoder(sort_keys=True).encode(board.build()))
+    return data
+
+
+def dashboards() -> dict[str, dict[str, Any]]:
+    """File name -> Grafana dashboard JSON."""
+    return {
+        f"{OVERVIEW_UID}.json": _dashboard(
+            OVERVIEW_UID, "kvtier: environment overview", overview_panels(), endpoint=False
+        ),
+        f"{ENDPOINT_UID}.json": _dashboard(ENDPOINT_UID, "kvtier: endpoint", endpoint_panels(), endpoint=True),
+    }

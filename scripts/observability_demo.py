@@ -1,0 +1,211 @@
+"""A real Prometheus (Debian's `prometheus` package) scraping kvtier's bench test server on 127.0.0.1 and evaluating
+kvtier's recording rules, while a small workload runs: cold prompts to server A, the same to B (L2 hits through
+the shared store), then again to A (GPU-cache hits). Used by tests/test_observability_prometheus.py, and run by hand
+to draw docs/img/observability-endpoint.png from the endpoint dashboard's panels:
+
+    .venv/bin/python scripts/observability_demo.py docs/img/observability-endpoint.png
+
+Prometheus listens on 127.0.0.1 only, runs at most `PROMETHEUS_BUDGET_S` and is stopped by its PID on every path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from kvtier.bench.client import send
+from kvtier.bench.prompts import PromptMaker, new_salt
+from kvtier.bench.records import Request, request_body
+from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster
+from kvtier.k8s.observability.dashboards import PanelSpec, endpoint_panels
+from kvtier.k8s.observability.rules import KV_BYTES_PER_TOKEN, tier_records
+
+LOB, ENDPOINT = "demo", "fake"
+PROMETHEUS_BUDGET_S = 180
+FAKE = Behaviour(cold_s=0.05, l2_s=0.02, warm_s=0.01, itl_s=0.0, output_tokens=2)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def write_config(folder: Path, targets: list[str], port: int) -> Path:
+    """prometheus.yml: 1 s scrapes of the fake servers with the labels kvtier's PodMonitors add, and the rules."""
+    rules = folder / "kvtier.rules.yaml"
+    constants = {
+        "record": KV_BYTES_PER_TOKEN,
+        "expr": f"vector({BYTES_PER_TOKEN})",
+        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT},
+    }
+    groups = [{"name": "tiers", "rules": tier_records()}, {"name": "constants", "rules": [constants]}]
+    rules.write_text(yaml.safe_dump({"groups": groups}, sort_keys=False))
+    config = {
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "rule_files": [str(rules)],
+        "scrape_configs": [
+            {
+                "job_name": "kvtier-engines",
+                "static_configs": [
+                    {
+                        "targets": [t.removeprefix("http://") for t in targets],
+                        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT},
+                    }
+                ],
+            },
+            {"job_name": "prometheus", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]},
+        ],
+    }
+    path = folder / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+@contextlib.contextmanager
+def prometheus(folder: Path, config: Path, port: int) -> Iterator[str]:
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise FileNotFoundError("prometheus is not installed (apt-get install prometheus)")
+    args = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
+    log = (folder / "prometheus.log").open("wb")
+    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(
+                    f"prometheus exited with {proc.returncode}: {(folder / 'prometheus.log').read_text()[-2000:]}"
+                )
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.2)
+        else:
+            raise TimeoutError("prometheus was not ready within 30 s")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+        log.close()
+
+
+async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
+    """Per round one new 512-word prompt: to A (cold, stored), to B (from the shared L2), to A again (GPU cache)."""
+    maker = PromptMaker(0, new_salt())
+    a, b = urls
+    async with httpx.AsyncClient() as client:
+        for i in range(rounds):
+            text = " ".join(maker.header(f"demo {i}") + maker.words(f"demo:{i}", 512))
+            body = request_body("completions", FAKE.model, text, 2)
+            for url in (a, b, a):
+                await send(client, Request("demo", url, "completions", body, i), timeout_s=30, origin=0.0)
+            await asyncio.sleep(pause_s)
+
+
+def query_range(url: str, expr: str, start: float, end: float) -> list[tuple[float, float]]:
+    resp = httpx.get(
+        f"{url}/api/v1/query_range", params={"query": expr, "start": start, "end": end, "step": 1}, timeout=10
+    )
+    resp.raise_for_status()
+    result = resp.json()["data"]["result"]
+    return [(float(t), float(v)) for t, v in result[0]["values"]] if result else []
+
+
+def instant(url: str, expr: str) -> float | None:
+    resp = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=10)
+    resp.raise_for_status()
+    result = resp.json()["data"]["result"]
+    return float(result[0]["value"][1]) if result else None
+
+
+def panel_exprs(panel: PanelSpec) -> list[tuple[str, str]]:
+    """The panel's queries with the dashboard variables set to the demo endpoint."""
+    return [(q.legend, q.expr.replace("$lob", LOB).replace("$endpoint", ENDPOINT)) for q in panel.queries]
+
+
+@dataclass
+class DemoRun:
+    url: str
+    start: float
+    end: float
+    rules: list[dict[str, Any]]
+
+
+@contextlib.contextmanager
+def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
+    """Two fake servers with one shared L2, a real Prometheus scraping them, the workload run to its end."""
+    folder = Path(tempfile.mkdtemp(prefix="kvtier-prom-"))
+    try:
+        with FakeCluster(2, FAKE) as cluster:
+            port = _free_port()
+            config = write_config(folder, cluster.urls, port)
+            with prometheus(folder, config, port) as url:
+                start = time.time()
+                asyncio.run(asyncio.wait_for(workload(cluster.urls, rounds, pause_s), PROMETHEUS_BUDGET_S))
+                time.sleep(3)  # two more scrapes and rule evaluations
+                rules = httpx.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
+                yield DemoRun(url, start, time.time(), rules)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def plot(run: DemoRun, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [
+        p
+        for p in endpoint_panels()
+        if p.title in ("Hit rate per tier", "Prompt tokens/s by source", "L2 read / write bytes/s")
+    ]
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
+    for ax, panel in zip(axes, panels, strict=True):
+        for legend, expr in panel_exprs(panel):
+            points = query_range(run.url, expr, run.start, run.end)
+            if points:
+                ax.plot([t - run.start for t, _ in points], [v for _, v in points], label=legend)
+        ax.set_title(panel.title)
+        ax.set_xlabel("seconds")
+        ax.set_ylabel({"percentunit": "share of prompt tokens", "short": "tokens/s", "Bps": "bytes/s"}[panel.unit])
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.suptitle(
+        "kvtier endpoint dashboard panels, evaluated by Prometheus 2.42 on kvtier's rules (bench test server, shared L2)"
+    )
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=90)
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/img/observability-endpoint.png")
+    with demo() as run:
+        plot(run, target)
+    print(f"wrote {target}")

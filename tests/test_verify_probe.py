@@ -1,0 +1,124 @@
+"""`kvtier verify --probe` against stub engines on 127.0.0.1: a shared L2 (hit, exit 0), separate caches (miss,
+exit 1), a dead pod (exit 3); and the pod choice (two ready pods on different nodes)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from kvtier.bench.testserver import FakeCluster
+from kvtier.cli.verify import probe_targets, run_probe
+from kvtier.errors import ExitCode
+from kvtier.ops.probe import PROMPT_WORDS, Pod, UnreachableError, pick_pair
+from kvtier.rules import load_checked
+from tests.support import CONFIG_DIR
+
+CONFIG = load_checked(CONFIG_DIR, "dev")
+
+
+class StubAccess:
+    """Every endpoint has pods a (node-1) and b (node-2), reached at the given URLs."""
+
+    def __init__(self, url_a: str, url_b: str, pods: list[Pod] | None = None) -> None:
+        self.urls = {"a": url_a, "b": url_b}
+        self._pods = pods if pods is not None else [Pod("a", "node-1", True), Pod("b", "node-2", True)]
+        self.asked: list[tuple[str, str]] = []  # (lob, endpoint or pod) the probe asked for
+
+    def pods(self, lob: str, endpoint: str) -> list[Pod]:
+        self.asked.append((lob, endpoint))
+        return list(self._pods)
+
+    @contextlib.asynccontextmanager
+    async def connect(self, lob: str, pod: Pod) -> AsyncIterator[str]:
+        self.asked.append((lob, pod.name))
+        yield self.urls[pod.name]
+
+
+class NoCluster(StubAccess):
+    def pods(self, lob: str, endpoint: str) -> list[Pod]:
+        self.asked.append((lob, endpoint))
+        raise UnreachableError("the Kubernetes API does not answer")
+
+
+def _dead_url() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # closed again: nothing listens there
+
+
+@pytest.fixture()
+def shared() -> Iterator[FakeCluster]:
+    with FakeCluster(2) as cluster:
+        yield cluster
+
+
+def _run(access: StubAccess, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    code = run_probe(CONFIG, access, as_json=True)
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_dev_probes_its_l2_endpoints() -> None:
+    assert probe_targets(CONFIG) == [(lob.name, e.name) for lob in CONFIG.lobs for e in lob.endpoints]
+    assert probe_targets(CONFIG)  # dev has an L2 endpoint
+
+
+def test_two_pods_sharing_l2_hit_and_exit_0(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = shared.servers
+    access = StubAccess(a.url, b.url)
+    code, report = _run(access, capsys)
+    assert code == ExitCode.OK, report
+    ((lob, endpoint),) = probe_targets(CONFIG)
+    assert access.asked == [(lob, endpoint), (lob, "a"), (lob, "b")]
+    (result,) = report["results"]
+    assert result["outcome"] == "hit" and (result["pod_a"], result["pod_b"]) == ("a", "b")
+    assert result["hit_tokens"] == PROMPT_WORDS  # every word of the prompt came from the shared store to B
+    assert b.log[-1].l2_hit == PROMPT_WORDS and b.log[-1].local_hit == 0
+    assert a.log[-1].words == b.log[-1].words and len(a.log) == len(b.log) == 1  # exactly the two requests
+
+
+def test_salt_makes_every_run_cold(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = shared.servers
+    assert _run(StubAccess(a.url, b.url), capsys)[0] == ExitCode.OK
+    assert _run(StubAccess(a.url, b.url), capsys)[0] == ExitCode.OK
+    assert a.log[1].local_hit < 16 and a.log[1].l2_hit < 16  # the second run's prompt was new to A
+
+
+def test_two_pods_with_separate_caches_miss_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster(1) as one, FakeCluster(1) as other:
+        code, report = _run(StubAccess(one.urls[0], other.urls[0]), capsys)
+    assert code == ExitCode.PROBLEMS
+    (result,) = report["results"]
+    assert result["outcome"] == "miss" and result["hit_tokens"] == 0 and result["a_write_bytes"] > 0
+    assert "PYTHONHASHSEED" in result["message"] and "LMCACHE_REMOTE_URL" in result["message"]
+
+
+def test_a_dead_pod_exits_3(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _run(StubAccess(shared.urls[0], _dead_url()), capsys)
+    assert code == ExitCode.UNAVAILABLE
+    assert report["results"][0]["outcome"] == "unreachable"
+
+
+def test_no_cluster_exits_3(capsys: pytest.CaptureFixture[str]) -> None:
+    code, report = _run(NoCluster("", ""), capsys)
+    assert code == ExitCode.UNAVAILABLE
+    assert "does not answer" in report["results"][0]["message"]
+
+
+def test_pods_on_one_node_are_not_a_cross_node_probe(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    pods = [Pod("a", "node-1", True), Pod("b", "node-1", True), Pod("c", "node-2", False)]
+    code, report = _run(StubAccess(shared.urls[0], shared.urls[1], pods), capsys)
+    assert code == ExitCode.PROBLEMS
+    assert "two ready pods on different nodes" in report["results"][0]["message"]
+    assert not shared.servers[0].log  # nothing was sent
+
+
+def test_pick_pair_prefers_ready_pods_on_distinct_nodes() -> None:
+    pods = [Pod("c", "n2", True), Pod("a", "n1", False), Pod("b", "n1", True)]
+    assert pick_pair(pods) == (Pod("b", "n1", True), Pod("c", "n2", True))
+    assert pick_pair([Pod("a", "n1", True)]) is None
