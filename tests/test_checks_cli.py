@@ -56,9 +56,10 @@ def test_warnings_print_and_exit_zero(capsys: pytest.CaptureFixture[str]) -> Non
     out, err = capsys.readouterr()
     assert "configuration is valid" in out
     warning = err.strip().splitlines()
-    assert len(warning) == 1 and warning[0].startswith("warning: ")
-    assert LINE.match(warning[0].removeprefix("warning: "))
-    assert "rolling update stalls" in warning[0]
+    # dev: the rolling-update warning, and no eks.admins (kvtier.rules.access)
+    assert len(warning) == 2 and all(w.startswith("warning: ") for w in warning)
+    assert all(LINE.match(w.removeprefix("warning: ")) for w in warning)
+    assert "rolling update stalls" in warning[0] and "eks.admins" in warning[1]
 
 
 def test_synth_prints_the_same_lines(
