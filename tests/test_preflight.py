@@ -50,7 +50,7 @@ class Stubs:
 
 
 def _client(service: str, region: str) -> Any:
-    return boto3.client(service, region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")
+    return boto3.client(service, region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")  # type: ignore[call-overload]
 
 
 @pytest.fixture(scope="module")
