@@ -2,6 +2,8 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV := .venv
+# checkov (tests/test_security_scan.py) lives in its own venv: its pins conflict with ours (requirements-checkov.txt).
+CHECKOV_VENV := .venv-checkov
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # jsii and the CDK CLI use the Node release pinned in package.json (Node 20 is end-of-life for jsii).
@@ -42,11 +44,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml scripts
 	scripts/install-venv.sh $(VENV) requirements-dev.txt lmcache==$(LMCACHE_VERSION)
 	touch $@
 
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-setup: $(VENV)/.installed node_modules/.installed
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
 
 # promtool (Debian's `prometheus` package) checks and unit-tests the alert and recording rules; installed only where
 # it is missing (tests skip without it outside CI and fail without it under CI).

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 STACK_KINDS = ("network", "cluster", "platform")
+ENV_TAG = "kvtier:environment"  # on every stack (and so every resource) of an environment
 RESERVED_LOB_NAMES = frozenset(STACK_KINDS)
 
 
 def stack_name(env: str, kind: str) -> str:
     """`kvtier-<env>-network|cluster|platform|<lob>` (design "Stacks")."""
     return f"kvtier-{env}-{kind}"
+
+
+def lifecycle_bucket_prefix(env: str) -> str:
+    """HyperPod lifecycle scripts: AWS documents `s3://sagemaker-...` sources (API ClusterLifeCycleConfig), the
+    prefix the managed execution policy covers."""
+    return f"sagemaker-kvtier-{env}-"
+
+
+def own_bucket_patterns(env: str) -> tuple[str, str]:
+    """Every bucket kvtier creates for `env`: CloudFormation names them `<stack name>-<logical id>-<suffix>`
+    (stacks are `kvtier-<env>-*`), and the lifecycle bucket starts with `lifecycle_bucket_prefix`."""
+    return (f"kvtier-{env}-*", f"{lifecycle_bucket_prefix(env)}*")
 
 
 def eks_cluster_name(env: str) -> str:

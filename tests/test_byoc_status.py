@@ -250,6 +250,7 @@ def test_cli_table_and_json(
 ) -> None:
     sagemaker, eks, sm_stub, eks_stub = clients
     monkeypatch.setattr(status, "clients", lambda _env, _profile=None: (sagemaker, eks))
+    monkeypatch.setattr(status, "cloudformation_client", lambda _env, _profile=None: None)  # orphans: test_preflight
     addons = expected_addons(byoc.env)
     for _ in range(2):  # once for the table, once for --json
         _expect_cluster(sm_stub, eks_stub, _cluster(ClusterStatus="Updating") if degraded else _cluster())

@@ -28,6 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "kvtier.versions",
             "kvtier.catalog",
             "kvtier.addons",
+            "kvtier.upstream",
             "kvtier.trace",
             "kvtier.stats",
             "kvtier.benchdoc",

@@ -15,7 +15,7 @@ from kvtier import __version__
 from kvtier.errors import ExitCode, KvtierError
 
 # Subcommands of the design, in help order: each module defines `register(subparsers)`.
-COMMANDS = ("validate", "plan", "bench", "simulate", "status", "verify")
+COMMANDS = ("validate", "plan", "bench", "simulate", "preflight", "status", "verify")
 
 
 def build_parser() -> argparse.ArgumentParser:

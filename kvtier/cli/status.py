@@ -1,7 +1,8 @@
 """`kvtier status`: is the HyperPod cluster healthy? Cluster status, instance groups (current vs target nodes),
 Tiered Storage, node recovery, and the EKS add-ons kvtier expects, each with a verdict.
 
-Read-only AWS calls (sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon) with your credentials.
+Read-only AWS calls (sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon, cloudformation:ListStacks and
+DescribeStacks: kvtier-<env>-* stacks the config no longer builds) with your credentials.
 Exit 0 healthy, 1 degraded, 3 cannot check (no credentials, no such cluster, AWS unreachable).
 """
 
@@ -33,10 +34,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
-    from kvtier.ops.status import clients, collect
+    from kvtier.ops.status import clients, cloudformation_client, collect
 
     sagemaker, eks = clients(config.env, args.profile)
-    report = collect(config.env, sagemaker, eks)
+    report = collect(config.env, sagemaker, eks, cloudformation=cloudformation_client(config.env, args.profile))
     if args.json:
         print_json(report.to_json())
     else:

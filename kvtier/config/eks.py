@@ -25,7 +25,9 @@ class EksConfig(StrictModel):
     # public_and_private: nodes use the private endpoint, people the public one (restrict it below);
     # private: reachable only from inside the VPC (deploy from a runner in the VPC or over a VPN).
     endpoint_access: Literal["public_and_private", "private"] = "public_and_private"
-    public_access_cidrs: Items[Ipv4Cidr] = ("0.0.0.0/0",)
+    # Required with a public endpoint (kvtier.rules.access): the networks people reach the EKS API from; no silent
+    # 0.0.0.0/0 default.
+    public_access_cidrs: Items[Ipv4Cidr] = ()
     admins: Items[Annotated[str, AfterValidator(_principal)]] = ()
 
     @model_validator(mode="after")

@@ -155,6 +155,8 @@ class Endpoint(StrictModel):
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
     dtype: Dtype = "auto"
     image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
+    # Standalone mode's router; default ROUTER_IMAGE (versions.py). Tags are mutable: pin @sha256:<digest> here.
+    router_image: PinnedImage | None = None
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
     # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.

@@ -288,6 +288,10 @@ class HyperPodConfig(StrictModel):
     existing: ExistingCluster | None = None  # or a cluster kvtier imports (exactly one of the two)
     node_recovery: Literal["Automatic", "None"] = "Automatic"
     tiered_storage: TieredStorage = TieredStorage()
+    # HyperPod deep health checks (InstanceStress, about 2 hours per new GPU node; docs/deploying.md): on_create runs
+    # them until the environment is marked established (`-c established=true`), always on every new or replacement
+    # node, off never.
+    deep_health_checks: Literal["on_create", "always", "off"] = "on_create"
 
     @model_validator(mode="after")
     def _groups(self) -> HyperPodConfig:

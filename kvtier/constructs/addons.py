@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -14,49 +15,78 @@ from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
 from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge, managed_policy
-
-# Permissions beyond managed policies, per add-on; each builder gets the construct and a context.
-StatementBuilder = Callable[[Construct, Mapping[str, str]], list[iam.PolicyStatement]]
+from kvtier.naming import own_bucket_patterns
 
 
-def _ebs_statements(_scope: Construct, ctx: Mapping[str, str]) -> list[iam.PolicyStatement]:
+@dataclass(frozen=True)
+class AddonContext:
+    """What the add-ons' extra permissions name: the clusters, and the S3 buckets the LOB files load models from."""
+
+    hyperpod_cluster_arn: str = ""
+    eks_cluster_arn: str = ""
+    model_buckets: tuple[str, ...] = ()
+    env_name: str = ""
+
+
+# Permissions beyond managed policies, per add-on; each builder gets the construct and the context.
+StatementBuilder = Callable[[Construct, AddonContext], list[iam.PolicyStatement]]
+
+
+def _ebs_statements(_scope: Construct, ctx: AddonContext) -> list[iam.PolicyStatement]:
     # Curvine master volumes on HyperPod nodes: attach fails with ValidationException without these
     # (reference aws-hyperpod.md 3.3, last item; design "Add-ons").
     return [
         iam.PolicyStatement(
             sid="HyperPodNodeVolumes",
             actions=["sagemaker:AttachClusterNodeVolume", "sagemaker:DetachClusterNodeVolume"],
-            resources=[ctx["hyperpod_cluster_arn"]],
+            resources=[ctx.hyperpod_cluster_arn],
         ),
-        iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[ctx["eks_cluster_arn"]]),
+        iam.PolicyStatement(sid="DescribeCluster", actions=["eks:DescribeCluster"], resources=[ctx.eks_cluster_arn]),
     ]
 
 
-def _s3_statements(scope: Construct, _ctx: Mapping[str, str]) -> list[iam.PolicyStatement]:
-    # Model weights in S3 are mounted read-only. Buckets belong to lines of business, which must not change
-    # this stack, so the grant is read-only and limited to buckets of this account (docs/references.md).
-    account = Stack.of(scope).account
-    return [
-        iam.PolicyStatement(
-            sid="ReadModelBuckets",
-            actions=["s3:ListBucket", "s3:GetObject"],
-            resources=["arn:aws:s3:::*", "arn:aws:s3:::*/*"],
-            conditions={"StringEquals": {"s3:ResourceAccount": account}},
+def _s3_statements(scope: Construct, ctx: AddonContext) -> list[iam.PolicyStatement]:
+    """Read-only on the model buckets the environment's LOB files name, and never on kvtier's own buckets (lifecycle
+    scripts, TLS certificates): anyone who may create an InferenceEndpointConfig can name any bucket the driver reads."""
+    stack = Stack.of(scope)
+    partition = stack.partition
+    statements = []
+    if ctx.model_buckets:
+        buckets = [f"arn:{partition}:s3:::{b}" for b in ctx.model_buckets]
+        statements.append(
+            iam.PolicyStatement(
+                sid="ReadModelBuckets",
+                actions=["s3:ListBucket", "s3:GetObject"],
+                resources=[*buckets, *(f"{b}/*" for b in buckets)],
+                conditions={"StringEquals": {"s3:ResourceAccount": stack.account}},
+            )
         )
-    ]
+    own = [f"arn:{partition}:s3:::{pattern}" for pattern in own_bucket_patterns(ctx.env_name)]
+    statements.append(
+        iam.PolicyStatement(
+            sid="NeverKvtierBuckets",
+            effect=iam.Effect.DENY,
+            actions=["s3:*"],
+            resources=[*own, *(f"{b}/*" for b in own)],
+        )
+    )
+    return statements
 
 
-def _no_statements(_scope: Construct, _ctx: Mapping[str, str]) -> list[iam.PolicyStatement]:
+def _no_statements(_scope: Construct, _ctx: AddonContext) -> list[iam.PolicyStatement]:
     return []
 
 
-ACCEPTED_WILDCARDS: Mapping[str, Mapping[str, str]] = {
-    "aws-mountpoint-s3-csi-driver": {
-        "AwsSolutions-IAM5[Resource::arn:aws:s3:::*]": "Read-only, limited to this account's buckets "
-        "(s3:ResourceAccount); LOB model buckets must not change the cluster stack.",
-        "AwsSolutions-IAM5[Resource::arn:aws:s3:::*/*]": "Read-only objects of this account's buckets, as above.",
-    },
-}
+def accepted_wildcards(name: str, ctx: AddonContext) -> Mapping[str, str]:
+    """cdk-nag IAM5 findings kvtier accepts for an add-on's extra statements, with why."""
+    if name != "aws-mountpoint-s3-csi-driver":
+        return {}
+    return {
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/*]": "Read-only objects of a model bucket "
+        "a LOB file names (weights are read by key)."
+        for bucket in ctx.model_buckets
+    }
+
 
 EXTRA_STATEMENTS: Mapping[str, StatementBuilder] = {
     "aws-ebs-csi-driver": _ebs_statements,
@@ -75,7 +105,7 @@ class ClusterAddons(Construct):
         eks_cluster: EksAccess,  # created (KvtierEks) or imported (ExistingEks)
         specs: Sequence[AddonSpec],
         outputs: StackOutputs,
-        context: Mapping[str, str] | None = None,
+        context: AddonContext | None = None,
     ) -> None:
         super().__init__(scope, id)
         self.addons: dict[str, eks.CfnAddon] = {}
@@ -92,11 +122,12 @@ class ClusterAddons(Construct):
                     description=f"EKS add-on {spec.name} ({spec.namespace}/{spec.service_account})",
                     managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(p) for p in spec.managed_policies],
                 )
-                for statement in EXTRA_STATEMENTS.get(spec.name, _no_statements)(self, context or {}):
+                ctx = context or AddonContext()
+                for statement in EXTRA_STATEMENTS.get(spec.name, _no_statements)(self, ctx):
                     role.add_to_policy(statement)
                 for policy in spec.managed_policies:
                     acknowledge(role, managed_policy(policy), f"The AWS managed policy EKS documents for {spec.name}.")
-                for finding, reason in ACCEPTED_WILDCARDS.get(spec.name, {}).items():
+                for finding, reason in accepted_wildcards(spec.name, ctx).items():
                     acknowledge(role, finding, reason)
                 self.roles[spec.name] = role
                 role_arn = role.role_arn

@@ -7,11 +7,12 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 
-def private_bucket(scope: Construct, id: str, *, versioned: bool = False) -> s3.Bucket:
+def private_bucket(scope: Construct, id: str, *, versioned: bool = False, bucket_name: str | None = None) -> s3.Bucket:
     """A bucket for objects kvtier (re)creates on every deploy, so it is emptied and deleted with its stack."""
     return s3.Bucket(
         scope,
         id,
+        bucket_name=bucket_name,
         encryption=s3.BucketEncryption.S3_MANAGED,
         enforce_ssl=True,
         block_public_access=s3.BlockPublicAccess.BLOCK_ALL,

@@ -17,6 +17,7 @@ from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ROLE_LABEL, InstanceGroup
 from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.nag import LAMBDA_BASIC, account, acknowledge, managed_policy
+from kvtier.naming import lifecycle_bucket_prefix
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent / "lifecycle"
 LIFECYCLE_PREFIX = "lifecycle/"
@@ -27,9 +28,10 @@ def lifecycle_script(group: InstanceGroup) -> str:
     return f"on_create_{group.role}.sh"
 
 
-def deep_health_checks(instance: InstanceType) -> list[str] | None:
-    """Deep health checks valid for the type: connectivity checks need EFA (design "Nodes")."""
-    if not instance.is_gpu:
+def deep_health_checks(instance: InstanceType, mode: str = "always", established: bool = False) -> list[str] | None:
+    """Deep health checks valid for the type: connectivity checks need EFA (design "Nodes"). `mode` is the config's
+    `hyperpod.deep_health_checks`: `on_create` stops asking for them once the environment is established."""
+    if not instance.is_gpu or mode == "off" or (mode == "on_create" and established):
         return None
     return ["InstanceStress", "InstanceConnectivity"] if instance.efa else ["InstanceStress"]
 
@@ -44,9 +46,19 @@ class HyperPodCluster(Construct):
         eks_cluster_arn: str,
         subnets: Sequence[ec2.ISubnet],
         security_group: ec2.ISecurityGroup,
+        established: bool = False,
     ) -> None:
         super().__init__(scope, id)
-        self.lifecycle_bucket = private_bucket(self, "LifecycleBucket", versioned=True)
+        self._established = established
+        stack = Stack.of(self)
+        # AWS documents lifecycle sources as s3://sagemaker-... (the prefix its managed policy covers); the explicit
+        # grant_read below stays. Account and region keep the global name unique (63 characters at most).
+        self.lifecycle_bucket = private_bucket(
+            self,
+            "LifecycleBucket",
+            versioned=True,
+            bucket_name=f"{lifecycle_bucket_prefix(env.name)}{stack.account}-{stack.region}",
+        )
         self.lifecycle_upload = s3deploy.BucketDeployment(
             self,
             "LifecycleScripts",
@@ -58,7 +70,11 @@ class HyperPodCluster(Construct):
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
-            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
+            # Confused deputy: SageMaker may assume it only for this account (AWS SageMaker "Cross-service confused
+            # deputy prevention"; docs/references.md).
+            assumed_by=iam.ServicePrincipal(
+                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
+            ),
             description=f"HyperPod node execution role, kvtier {env.name}",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(EXECUTION_MANAGED_POLICY)],
         )
@@ -86,6 +102,10 @@ class HyperPodCluster(Construct):
             instance_groups=[self._group(env, g, source_uri) for g in env.hyperpod.instance_groups],
         )
         self.cluster.node.add_dependency(self.lifecycle_upload)
+        # Nodes start with the execution role: its inline policy (lifecycle bucket read, ENIs) must exist first.
+        default_policy = self.execution_role.node.try_find_child("DefaultPolicy")
+        if default_policy is not None:
+            self.cluster.node.add_dependency(default_policy)
         self.cluster_arn = self.cluster.attr_cluster_arn
         self._acknowledge()
 
@@ -108,7 +128,9 @@ class HyperPodCluster(Construct):
                     )
                 )
             ],
-            on_start_deep_health_checks=deep_health_checks(instance),
+            on_start_deep_health_checks=deep_health_checks(
+                instance, env.hyperpod.deep_health_checks, self._established
+            ),
             kubernetes_config=sagemaker.CfnCluster.ClusterKubernetesConfigProperty(
                 labels={ROLE_LABEL: group.role},
                 taints=[

@@ -21,6 +21,7 @@ from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge, managed_policy
+from kvtier.upstream import ALB_POLICY_SOURCE, COMMERCIAL_ARN, alb_policy, alb_policy_for_partition
 
 ADDON = "amazon-sagemaker-hyperpod-inference"
 NAMESPACE = "hyperpod-inference-system"
@@ -33,6 +34,7 @@ EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"  # required by the add-on (
 EXECUTION_POLICY = "AmazonSageMakerHyperPodInferenceAccess"
 GATED_POLICY = "AmazonSageMakerHyperPodGatedModelAccess"
 ROLE_NAME_MAX = 64  # IAM
+ALB_POLICY_NAME = "AWSLoadBalancerController"  # the inline policy holding the upstream document
 
 
 def role_names(env: str, region: str) -> dict[str, str]:
@@ -49,136 +51,27 @@ def role_names(env: str, region: str) -> dict[str, str]:
     return names
 
 
-def _alb_statements(partition: str) -> list[iam.PolicyStatement]:
-    """What the AWS Load Balancer Controller does for the operator's ALBs (kvtier's own writing of the controller's
-    documented policy: reads, its own security groups, and only load balancers it tagged)."""
-    cluster_tag = "aws:ResourceTag/elbv2.k8s.aws/cluster"
-    request_tag = "aws:RequestTag/elbv2.k8s.aws/cluster"
-    return [
-        iam.PolicyStatement(
-            sid="ElbServiceLinkedRole",
-            actions=["iam:CreateServiceLinkedRole"],
-            resources=["*"],
-            conditions={"StringEquals": {"iam:AWSServiceName": "elasticloadbalancing.amazonaws.com"}},
-        ),
-        iam.PolicyStatement(
-            sid="Describe",
-            actions=[
-                "ec2:DescribeAccountAttributes",
-                "ec2:DescribeAddresses",
-                "ec2:DescribeAvailabilityZones",
-                "ec2:DescribeInternetGateways",
-                "ec2:DescribeVpcs",
-                "ec2:DescribeVpcPeeringConnections",
-                "ec2:DescribeSubnets",
-                "ec2:DescribeSecurityGroups",
-                "ec2:DescribeInstances",
-                "ec2:DescribeNetworkInterfaces",
-                "ec2:DescribeTags",
-                "ec2:DescribeRouteTables",
-                "ec2:GetSecurityGroupsForVpc",
-                "elasticloadbalancing:DescribeLoadBalancers",
-                "elasticloadbalancing:DescribeLoadBalancerAttributes",
-                "elasticloadbalancing:DescribeListeners",
-                "elasticloadbalancing:DescribeListenerAttributes",
-                "elasticloadbalancing:DescribeListenerCertificates",
-                "elasticloadbalancing:DescribeSSLPolicies",
-                "elasticloadbalancing:DescribeRules",
-                "elasticloadbalancing:DescribeTargetGroups",
-                "elasticloadbalancing:DescribeTargetGroupAttributes",
-                "elasticloadbalancing:DescribeTargetHealth",
-                "elasticloadbalancing:DescribeTags",
-                "acm:ListCertificates",
-                "acm:DescribeCertificate",
-            ],
-            resources=["*"],  # Describe/List actions have no resource-level permissions
-        ),
-        iam.PolicyStatement(
-            sid="CreateSecurityGroups",
-            actions=["ec2:CreateSecurityGroup"],
-            resources=["*"],
-        ),
-        iam.PolicyStatement(
-            sid="TagNewSecurityGroups",
-            actions=["ec2:CreateTags"],
-            resources=[f"arn:{partition}:ec2:*:*:security-group/*"],
-            conditions={
-                "StringEquals": {"ec2:CreateAction": "CreateSecurityGroup"},
-                "Null": {request_tag: "false"},
-            },
-        ),
-        iam.PolicyStatement(
-            sid="ManageOwnSecurityGroups",
-            actions=[
-                "ec2:CreateTags",
-                "ec2:DeleteTags",
-                "ec2:AuthorizeSecurityGroupIngress",
-                "ec2:RevokeSecurityGroupIngress",
-                "ec2:DeleteSecurityGroup",
-            ],
-            resources=[f"arn:{partition}:ec2:*:*:security-group/*"],
-            conditions={"Null": {cluster_tag: "false"}},
-        ),
-        iam.PolicyStatement(
-            sid="CreateTaggedLoadBalancers",
-            actions=["elasticloadbalancing:CreateLoadBalancer", "elasticloadbalancing:CreateTargetGroup"],
-            resources=["*"],
-            conditions={"Null": {request_tag: "false"}},
-        ),
-        iam.PolicyStatement(
-            sid="TagOnCreate",
-            actions=["elasticloadbalancing:AddTags"],
-            resources=[
-                f"arn:{partition}:elasticloadbalancing:*:*:targetgroup/*/*",
-                f"arn:{partition}:elasticloadbalancing:*:*:loadbalancer/app/*/*",
-            ],
-            conditions={
-                "StringEquals": {"elasticloadbalancing:CreateAction": ["CreateTargetGroup", "CreateLoadBalancer"]}
-            },
-        ),
-        iam.PolicyStatement(
-            sid="ManageOwnLoadBalancers",
-            actions=[
-                "elasticloadbalancing:AddTags",
-                "elasticloadbalancing:RemoveTags",
-                "elasticloadbalancing:ModifyLoadBalancerAttributes",
-                "elasticloadbalancing:SetIpAddressType",
-                "elasticloadbalancing:SetSecurityGroups",
-                "elasticloadbalancing:SetSubnets",
-                "elasticloadbalancing:DeleteLoadBalancer",
-                "elasticloadbalancing:ModifyTargetGroup",
-                "elasticloadbalancing:ModifyTargetGroupAttributes",
-                "elasticloadbalancing:DeleteTargetGroup",
-            ],
-            resources=[
-                f"arn:{partition}:elasticloadbalancing:*:*:targetgroup/*/*",
-                f"arn:{partition}:elasticloadbalancing:*:*:loadbalancer/app/*/*",
-            ],
-            conditions={"Null": {cluster_tag: "false"}},
-        ),
-        iam.PolicyStatement(
-            sid="ListenersRulesTargets",
-            actions=[
-                "elasticloadbalancing:CreateListener",
-                "elasticloadbalancing:DeleteListener",
-                "elasticloadbalancing:ModifyListener",
-                "elasticloadbalancing:AddListenerCertificates",
-                "elasticloadbalancing:RemoveListenerCertificates",
-                "elasticloadbalancing:CreateRule",
-                "elasticloadbalancing:DeleteRule",
-                "elasticloadbalancing:ModifyRule",
-                "elasticloadbalancing:SetRulePriorities",
-                "elasticloadbalancing:RegisterTargets",
-                "elasticloadbalancing:DeregisterTargets",
-            ],
-            resources=[
-                f"arn:{partition}:elasticloadbalancing:*:*:loadbalancer/app/*/*",
-                f"arn:{partition}:elasticloadbalancing:*:*:listener/app/*/*/*",
-                f"arn:{partition}:elasticloadbalancing:*:*:listener-rule/app/*/*/*",
-                f"arn:{partition}:elasticloadbalancing:*:*:targetgroup/*/*",
-            ],
-        ),
-    ]
+def _alb_policy(partition: str) -> iam.PolicyDocument:
+    """The AWS Load Balancer Controller's own policy at the version the add-on bundles, unchanged but for the
+    partition (kvtier/upstream; docs/references.md). A hand-written subset misses actions the controller calls by
+    default (WAF, Shield, node security group rules), and then it creates the ALB but never writes the Ingress address."""
+    return iam.PolicyDocument.from_json(alb_policy_for_partition(partition))
+
+
+def _wildcard_resources() -> list[str]:
+    """The upstream document's wildcard resources as cdk-nag names them (the partition as `<AWS::Partition>`)."""
+    found: list[str] = []
+    for statement in alb_policy()["Statement"]:
+        resources = statement.get("Resource", [])
+        for resource in [resources] if isinstance(resources, str) else resources:
+            named = alb_policy_for_partition_name(resource)
+            if "*" in named and named not in found:
+                found.append(named)
+    return found
+
+
+def alb_policy_for_partition_name(resource: str) -> str:
+    return resource.replace(COMMERCIAL_ARN, "arn:<AWS::Partition>:", 1)
 
 
 class InferenceOperator(Construct):
@@ -203,7 +96,9 @@ class InferenceOperator(Construct):
         names = role_names(env.name, env.region)
         spec = addon(ADDON)
 
-        self.tls_bucket = private_bucket(self, "TlsBucket")  # endpoint certificates, re-issued by the operator
+        self.tls_bucket = private_bucket(
+            self, "TlsBucket", versioned=True
+        )  # endpoint certificates, re-issued by the operator
         acknowledge(
             self.tls_bucket,
             "AwsSolutions-S1",
@@ -214,7 +109,8 @@ class InferenceOperator(Construct):
         sagemaker = iam.ServicePrincipal(
             "sagemaker.amazonaws.com",
             conditions={
-                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:*"}
+                "StringEquals": {"aws:SourceAccount": stack.account},
+                "ArnLike": {"aws:SourceArn": f"arn:{stack.partition}:sagemaker:{stack.region}:{stack.account}:*"},
             },
         )
         self.execution_role = iam.Role(
@@ -246,28 +142,20 @@ class InferenceOperator(Construct):
             role_name=names["alb"],
             assumed_by=self._irsa("AlbTrust", NAMESPACE, ALB_SA),
             description=f"AWS Load Balancer Controller of the HyperPod Inference add-on, kvtier {env.name}",
+            inline_policies={ALB_POLICY_NAME: _alb_policy(stack.partition)},
         )
-        for statement in _alb_statements(stack.partition):
-            self.alb_role.add_to_policy(statement)
         alb_reason = (
-            "The load balancer controller creates and tags resources whose names it does not know in advance; writes "
-            "are limited to resources carrying its elbv2.k8s.aws/cluster tag where the API allows conditions."
+            f"The AWS Load Balancer Controller's upstream policy ({ALB_POLICY_SOURCE}), unchanged: it creates and tags "
+            "resources whose names it does not know in advance; writes carry its elbv2.k8s.aws/cluster tag conditions."
         )
-        for resource in (
-            "*",
-            "arn:<AWS::Partition>:ec2:*:*:security-group/*",
-            "arn:<AWS::Partition>:elasticloadbalancing:*:*:targetgroup/*/*",
-            "arn:<AWS::Partition>:elasticloadbalancing:*:*:loadbalancer/app/*/*",
-            "arn:<AWS::Partition>:elasticloadbalancing:*:*:listener/app/*/*/*",
-            "arn:<AWS::Partition>:elasticloadbalancing:*:*:listener-rule/app/*/*/*",
-        ):
+        for resource in _wildcard_resources():
             acknowledge(self.alb_role, f"AwsSolutions-IAM5[Resource::{resource}]", alb_reason)
 
         self.keda_role = iam.Role(
             self,
             "KedaRole",
             role_name=names["keda"],
-            assumed_by=iam.CompositePrincipal(sagemaker, self._irsa("KedaTrust", NAMESPACE, KEDA_SA)),
+            assumed_by=self._irsa("KedaTrust", NAMESPACE, KEDA_SA),  # only KEDA's pods; SageMaker never assumes it
             description=f"KEDA of the HyperPod Inference add-on (autoscaling metrics), kvtier {env.name}",
         )
         self.keda_role.add_to_policy(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -27,26 +28,27 @@ class ModelReaderRole(Construct):
             assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
             description=f"kvtier LOB {lob.name}: read its model prefixes in S3",
         )
+        partition = Stack.of(self).partition
         for index, model in enumerate(s3_models(lob)):
             prefix = model.prefix.rstrip("/")
             self.role.add_to_policy(
                 iam.PolicyStatement(
                     sid=f"ReadModel{index}",
                     actions=["s3:GetObject"],
-                    resources=[f"arn:aws:s3:::{model.bucket}/{prefix}/*"],
+                    resources=[f"arn:{partition}:s3:::{model.bucket}/{prefix}/*"],
                 )
             )
             self.role.add_to_policy(
                 iam.PolicyStatement(
                     sid=f"ListModel{index}",
                     actions=["s3:ListBucket"],
-                    resources=[f"arn:aws:s3:::{model.bucket}"],
+                    resources=[f"arn:{partition}:s3:::{model.bucket}"],
                     conditions={"StringLike": {"s3:prefix": [prefix, f"{prefix}/*"]}},
                 )
             )
             acknowledge(
                 self.role,
-                f"AwsSolutions-IAM5[Resource::arn:aws:s3:::{model.bucket}/{prefix}/*]",
+                f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{model.bucket}/{prefix}/*]",
                 "Objects under this LOB's own model prefix only.",
             )
         eks.CfnPodIdentityAssociation(

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from aws_cdk import RemovalPolicy
+from aws_cdk import RemovalPolicy, Stack
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_kms as kms
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
@@ -37,11 +39,38 @@ class KvtierNetwork(Construct):
         )
         if zone_ids:
             _pin_zone_ids(self.vpc)
+        # Flow logs record every connection of the VPC, so they are encrypted with a key of their own. CloudWatch Logs
+        # may use it only for this account's log groups in this region (CloudWatch Logs user guide,
+        # encrypt-log-data-kms). Retained with the logs it encrypts (docs/deploying.md).
+        stack = Stack.of(self)
+        self.flow_log_key = kms.Key(
+            self,
+            "FlowLogsKey",
+            enable_key_rotation=True,
+            description="kvtier VPC flow logs",
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.flow_log_key.add_to_resource_policy(
+            iam.PolicyStatement(
+                sid="CloudWatchLogsOfThisAccount",
+                principals=[iam.ServicePrincipal(f"logs.{stack.region}.amazonaws.com")],
+                actions=["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"],
+                resources=["*"],  # a key policy's resource is the key itself
+                conditions={
+                    "ArnLike": {
+                        "kms:EncryptionContext:aws:logs:arn": (
+                            f"arn:{stack.partition}:logs:{stack.region}:{stack.account}:log-group:*"
+                        )
+                    }
+                },
+            )
+        )
         self.flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
             retention=_RETENTION[config.flow_log_retention_days],
             removal_policy=RemovalPolicy.RETAIN,
+            encryption_key=self.flow_log_key,
         )
         self.vpc.add_flow_log(
             "FlowLog",
@@ -87,6 +116,7 @@ class KvtierNetwork(Construct):
                 service=ec2.InterfaceVpcEndpointAwsService(service),
                 private_dns_enabled=True,
                 security_groups=[self.endpoint_security_group],
+                open=False,  # CDK's default opens 443 to the whole VPC CIDR; only the node group may call
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             )
 

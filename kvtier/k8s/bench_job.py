@@ -25,6 +25,7 @@ from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import api_object
 from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENDPOINT_LABEL, endpoint_url
+from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
 from kvtier.placement import placement
 from kvtier.versions import STANDALONE_VLLM_IMAGE
@@ -145,6 +146,7 @@ def bench_job(env: Environment, lob: str, endpoint: Endpoint, *, target_url: str
             {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": model.token_secret, "key": "token"}}}
         )
     labels = bench_labels(endpoint.name)
+    tmp = tmp_volume()
     spec: dict[str, Any] = {
         "backoffLimit": 1,
         "activeDeadlineSeconds": ACTIVE_DEADLINE_S,
@@ -154,7 +156,8 @@ def bench_job(env: Environment, lob: str, endpoint: Endpoint, *, target_url: str
                 **placement(env, "system").pod_spec(),
                 "restartPolicy": "Never",
                 "automountServiceAccountToken": False,
-                "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                # The client writes only to its work volume and /tmp (HOME points at the work volume).
+                "securityContext": pod_security_context(non_root=True),
                 "containers": [
                     {
                         "name": "bench",
@@ -168,11 +171,11 @@ def bench_job(env: Environment, lob: str, endpoint: Endpoint, *, target_url: str
                             "requests": {"cpu": "500m", "memory": "2Gi"},
                             "limits": {"cpu": "1", "memory": "4Gi"},
                         },
-                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
+                        "securityContext": container_security_context(read_only_root=True),
+                        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}, tmp[1]],
                     }
                 ],
-                "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "2Gi"}}],
+                "volumes": [{"name": "work", "emptyDir": {"sizeLimit": "2Gi"}}, tmp[0]],
             },
         },
     }

@@ -31,6 +31,7 @@ from kvtier.k8s.endpoint_names import (
     router_name,
     router_service_name,
 )
+from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
 from kvtier.placement import placement
 from kvtier.serving import (
@@ -119,6 +120,7 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
         ports += [{"name": n, "containerPort": p} for n, p in _controller_ports()]
         service_ports += [{"name": n, "port": p, "targetPort": n} for n, p in _controller_ports()]
     meta = {"name": name, "namespace": namespace, "labels": labels}
+    tmp = tmp_volume()
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
@@ -148,11 +150,16 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                     "metadata": {"labels": labels},
                     "spec": {
                         **placement(env, "system").pod_spec(),
+                        # The router discovers engine pods through the API (its Role): it keeps its token.
                         "serviceAccountName": name,
+                        # The image (production-stack docker/Dockerfile) has no USER but world-readable files, and
+                        # the router writes nothing but /tmp.
+                        "securityContext": pod_security_context(non_root=True),
+                        "volumes": [tmp[0]],
                         "containers": [
                             {
                                 "name": "router",
-                                "image": ROUTER_IMAGE,
+                                "image": endpoint.router_image or ROUTER_IMAGE,
                                 "imagePullPolicy": "IfNotPresent",
                                 "args": router_args(lob, endpoint),
                                 "env": _router_env(endpoint),
@@ -163,6 +170,8 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                                 },
                                 "readinessProbe": _probe(5, 3),
                                 "livenessProbe": _probe(15, 4),
+                                "securityContext": container_security_context(read_only_root=True),
+                                "volumeMounts": [tmp[1]],
                             }
                         ],
                     },

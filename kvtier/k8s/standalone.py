@@ -28,6 +28,7 @@ from kvtier.k8s.endpoint_names import (
 )
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
+from kvtier.k8s.security import container_security_context, pod_security_context
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 from kvtier.placement import placement
 from kvtier.serving import (
@@ -167,6 +168,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "readinessProbe": _probe(5, 3),
         "livenessProbe": _probe(15, 4),
         "volumeMounts": mounts,
+        # The vLLM image runs as root and writes its caches under /root and /tmp: root stays, the rest is dropped.
+        "securityContext": container_security_context(read_only_root=False),
     }
     digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     metadata: dict[str, Any] = {"name": endpoint.name, "namespace": namespace, "labels": labels}
@@ -188,6 +191,9 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
                     # S3 weights are read with the LOB's Pod Identity role through this service account.
                     **({"serviceAccountName": MODEL_READER_SA} if isinstance(endpoint.model, S3Model) else {}),
                     "terminationGracePeriodSeconds": 60,
+                    # vLLM never calls the Kubernetes API; Pod Identity mounts its own token for S3.
+                    "automountServiceAccountToken": False,
+                    "securityContext": pod_security_context(non_root=False),
                     "containers": [container],
                     "volumes": volumes,
                 },

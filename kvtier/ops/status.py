@@ -1,5 +1,6 @@
 """`kvtier status`: the HyperPod cluster, its instance groups, Tiered Storage, node recovery and the EKS add-ons kvtier
-expects, each with a verdict. Read-only: sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon.
+expects, each with a verdict. Read-only: sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon, and cloudformation:ListStacks and
+DescribeStacks for the environment's stacks the config no longer builds (a removed LOB keeps its stack running).
 
 The checks are pure functions over the API responses (`hyperpod_checks`, `eks_check`, `addon_check`); `collect`
 reads and maps failures to reach AWS onto UnavailableError (exit 3, "cannot check at all").
@@ -25,6 +26,7 @@ from botocore.exceptions import (
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import Role
 from kvtier.errors import ExitCode, UnavailableError
+from kvtier.naming import ENV_TAG, stack_name
 from kvtier.versions import KUBERNETES_VERSION
 
 if TYPE_CHECKING:
@@ -294,24 +296,110 @@ def _configuration_drift(wanted: Mapping[str, Any], live: str | None) -> str:
     return "; ".join(differ)
 
 
+def expected_stacks(env: Environment) -> set[str]:
+    """The stack names the config builds (design "Stacks"): network (kvtier's own cluster only), cluster, platform,
+    one per LOB."""
+    kinds = ["cluster", "platform", *env.lobs]
+    if env.hyperpod.existing is None:
+        kinds.append("network")
+    return {stack_name(env.name, kind) for kind in kinds}
+
+
+def orphan_checks(env: Environment, live: Mapping[str, str]) -> list[Check]:
+    """Stacks of this environment (`live`: name -> status) that the config no longer builds, e.g. a removed LOB: they
+    keep running, and their GPUs stay held, until someone deletes them (`cdk deploy --all` never deletes a stack)."""
+    expected = expected_stacks(env)
+    return [
+        Check(
+            "stack",
+            name,
+            status,
+            "degraded",
+            f"not in the config any more; delete it when you no longer need it: aws cloudformation delete-stack "
+            f"--region {env.region} --stack-name {name}",
+        )
+        for name, status in sorted(live.items())
+        if name not in expected
+    ]
+
+
+def environment_stacks(env: Environment, cloudformation: Any) -> dict[str, str]:
+    """Live stacks named `kvtier-<env>-*` that carry this environment's tag (another environment's name may extend
+    this one's: `dev` and `dev-b`). ListStacks, then DescribeStacks only for names the config does not build."""
+    prefix = stack_name(env.name, "")
+    expected = expected_stacks(env)
+    live: dict[str, str] = {}
+    for page in cloudformation.get_paginator("list_stacks").paginate(StackStatusFilter=_LIVE_STACK_STATUSES):
+        for summary in page.get("StackSummaries", []):
+            name = str(summary["StackName"])
+            if name.startswith(prefix):
+                live[name] = str(summary["StackStatus"])
+    for name in sorted(set(live) - expected):
+        stacks = cloudformation.describe_stacks(StackName=name).get("Stacks", [])
+        tags = {t["Key"]: t["Value"] for stack in stacks for t in stack.get("Tags", [])}
+        if tags.get(ENV_TAG) != env.name:
+            del live[name]
+    return live
+
+
+# Every ListStacks status but DELETE_COMPLETE (botocore cloudformation StackStatus).
+_LIVE_STACK_STATUSES = [
+    "CREATE_IN_PROGRESS",
+    "CREATE_FAILED",
+    "CREATE_COMPLETE",
+    "ROLLBACK_IN_PROGRESS",
+    "ROLLBACK_FAILED",
+    "ROLLBACK_COMPLETE",
+    "DELETE_IN_PROGRESS",
+    "DELETE_FAILED",
+    "UPDATE_IN_PROGRESS",
+    "UPDATE_COMPLETE_CLEANUP_IN_PROGRESS",
+    "UPDATE_COMPLETE",
+    "UPDATE_FAILED",
+    "UPDATE_ROLLBACK_IN_PROGRESS",
+    "UPDATE_ROLLBACK_FAILED",
+    "UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS",
+    "UPDATE_ROLLBACK_COMPLETE",
+    "REVIEW_IN_PROGRESS",
+    "IMPORT_IN_PROGRESS",
+    "IMPORT_COMPLETE",
+    "IMPORT_ROLLBACK_IN_PROGRESS",
+    "IMPORT_ROLLBACK_FAILED",
+    "IMPORT_ROLLBACK_COMPLETE",
+]
+
+
 # ---- reading -------------------------------------------------------------------------------------------------------
 
 
 def clients(env: Environment, profile: str | None = None) -> tuple[SageMakerClient, EKSClient]:
+    session = _session(env, profile)
+    return session.client("sagemaker"), session.client("eks")
+
+
+def cloudformation_client(env: Environment, profile: str | None = None) -> Any:
+    return _session(env, profile).client("cloudformation")
+
+
+def _session(env: Environment, profile: str | None) -> Any:
     import boto3
 
     try:
-        session = boto3.session.Session(profile_name=profile, region_name=env.region)
-        return session.client("sagemaker"), session.client("eks")
+        return boto3.session.Session(profile_name=profile, region_name=env.region)
     except (ProfileNotFound, NoRegionError) as err:
         raise UnavailableError(f"cannot check: {err}") from err
 
 
 def collect(
-    env: Environment, sagemaker: SageMakerClient, eks: EKSClient, addons: Sequence[ExpectedAddon] | None = None
+    env: Environment,
+    sagemaker: SageMakerClient,
+    eks: EKSClient,
+    addons: Sequence[ExpectedAddon] | None = None,
+    cloudformation: Any = None,
 ) -> StatusReport:
-    """Read the cluster and its add-ons (default: `expected_addons`, loaded only once AWS answered). Raises
-    UnavailableError when nothing can be checked."""
+    """Read the cluster and its add-ons (default: `expected_addons`, loaded only once AWS answered), and with a
+    CloudFormation client the environment's stacks the config no longer has. Raises UnavailableError when nothing can
+    be checked."""
     target = hyperpod_target(env)
     eks_name = env.hyperpod.eks_cluster_name(env.name)
     described = _read(lambda: sagemaker.describe_cluster(ClusterName=target), f"HyperPod cluster {target}", env)
@@ -320,7 +408,18 @@ def collect(
     checks.append(eks_check(eks_name, eks_cluster))
     for expected in expected_addons(env) if addons is None else addons:
         checks.append(_addon(eks, eks_name, expected))
+    if cloudformation is not None:
+        checks.extend(_orphans(env, cloudformation))
     return StatusReport(env.name, target, eks_name, tuple(checks))
+
+
+def _orphans(env: Environment, cloudformation: Any) -> list[Check]:
+    try:
+        return orphan_checks(env, environment_stacks(env, cloudformation))
+    except ClientError as err:
+        return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", _message(err))]
+    except BotoCoreError as err:
+        return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", str(err))]
 
 
 def _addon(eks: EKSClient, cluster: str, expected: ExpectedAddon) -> Check:

@@ -16,6 +16,7 @@ from kvtier.config.environment import Environment
 from kvtier.config.loader import DEFAULT_ENV, Config, parse_config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import ConfigError, Problem
+from kvtier.rules.access import check_eks_access, check_model_buckets
 from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
@@ -53,6 +54,8 @@ def cross_check(
     check_l2_pool(ctx, found, models)
     check_node_requests(ctx, found)
     check_rolling_updates(ctx, found)
+    check_eks_access(ctx, found)
+    check_model_buckets(ctx, found)
     return found.errors, found.warnings
 
 

@@ -136,7 +136,9 @@ def curvine_node_gib(env: Environment) -> float:
 def check_node_memory(ctx: Context, found: Findings) -> None:
     tiered = ctx.env.hyperpod.tiered_storage
     percent = tiered.memory_percent if tiered.enabled else None
-    for type_name in sorted({g.instance_type for g in ctx.env.groups("gpu")}):
+    gpu_types = {g.instance_type for g in ctx.env.groups("gpu")}
+    # Tiered Storage takes its share of every node of the cluster, system nodes too (API ClusterTieredStorageConfig).
+    for type_name in sorted(gpu_types | {g.instance_type for g in ctx.env.groups("system")}):
         instance = ctx.env.instance(type_name)
         candidates: list[tuple[PodMemory, int]] = []
         where: dict[tuple[str, str], Site] = {}
@@ -145,7 +147,8 @@ def check_node_memory(ctx: Context, found: Findings) -> None:
                 candidates.append((pod_memory(site.lob.name, site.endpoint), site.endpoint.max_replicas))
                 where[(site.lob.name, site.endpoint.name)] = site
         pods = worst_packing(instance.gpus, candidates)
-        node = node_memory(type_name, instance.memory_gib, percent, pods, curvine_gib=curvine_node_gib(ctx.env))
+        curvine = curvine_node_gib(ctx.env) if type_name in gpu_types else 0.0
+        node = node_memory(type_name, instance.memory_gib, percent, pods, curvine_gib=curvine)
         if node.free_gib >= 0:
             continue
         problem = (

@@ -8,9 +8,17 @@ from constructs import Construct
 
 from kvtier.config.environment import Environment
 from kvtier.constructs.manifests import StackOutputs
-from kvtier.naming import stack_name
+from kvtier.naming import ENV_TAG, stack_name
 
-ENV_TAG = "kvtier:environment"
+# `cdk deploy -c established=true`: the environment's first deploy succeeded (docs/deploying.md). Only then are the
+# network and cluster stacks termination-protected: a failed first create ends in ROLLBACK_COMPLETE, which `cdk deploy`
+# must delete to retry, and protection would refuse that.
+ESTABLISHED_CONTEXT = "established"
+PROTECTED_KINDS = ("network", "cluster")
+
+
+def established(scope: Construct) -> bool:
+    return str(scope.node.try_get_context(ESTABLISHED_CONTEXT)).lower() == "true"
 
 
 def cdk_environment(env: Environment) -> CdkEnvironment:
@@ -26,7 +34,7 @@ class KvtierStack(Stack):
             stack_name(env.name, kind),
             env=cdk_environment(env),
             description=description,
-            termination_protection=env.account is not None and kind in ("network", "cluster"),
+            termination_protection=established(scope) and kind in PROTECTED_KINDS,
         )
         self.outputs = StackOutputs()  # what dist/ lists for this stack
         # The zones are literals on purpose (availability_zones below: synth never looks them up). CDK acknowledges

@@ -13,7 +13,7 @@ from constructs import Construct
 from kvtier.addons import addons
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ADDON_GROUPS, ExistingCluster
-from kvtier.constructs.addons import ClusterAddons
+from kvtier.constructs.addons import AddonContext, ClusterAddons
 from kvtier.constructs.eks import KvtierEks
 from kvtier.constructs.eks_access import EksAccess, ExistingEks
 from kvtier.constructs.hyperpod import HyperPodCluster
@@ -28,7 +28,7 @@ from kvtier.constructs.hyperpod_dependencies import (
 from kvtier.constructs.manifests import HelmRelease
 from kvtier.constructs.network import KvtierNetwork
 from kvtier.constructs.tiered_storage import TieredStorageSetting
-from kvtier.stacks.base import KvtierStack
+from kvtier.stacks.base import KvtierStack, established
 
 
 class ClusterStack(KvtierStack):
@@ -64,17 +64,22 @@ class ClusterStack(KvtierStack):
         )
 
 
-def cluster_stack(scope: Construct, env: Environment, network: KvtierNetwork | None) -> ClusterStack:
-    """kvtier's own cluster in `network`, or the import of the existing one (no network stack then)."""
+def cluster_stack(
+    scope: Construct, env: Environment, network: KvtierNetwork | None, model_buckets: tuple[str, ...] = ()
+) -> ClusterStack:
+    """kvtier's own cluster in `network`, or the import of the existing one (no network stack then).
+    `model_buckets`: the S3 buckets the LOB files load weights from (the S3 CSI driver may read only those)."""
     if env.hyperpod.existing is not None:
-        return ExistingClusterStack(scope, env, env.hyperpod.existing)
+        return ExistingClusterStack(scope, env, env.hyperpod.existing, model_buckets)
     if network is None:
         raise ValueError("a cluster kvtier creates needs the network stack")
-    return NewClusterStack(scope, env, network)
+    return NewClusterStack(scope, env, network, model_buckets)
 
 
 class NewClusterStack(ClusterStack):
-    def __init__(self, scope: Construct, env: Environment, network: KvtierNetwork) -> None:
+    def __init__(
+        self, scope: Construct, env: Environment, network: KvtierNetwork, model_buckets: tuple[str, ...]
+    ) -> None:
         super().__init__(scope, env, f"kvtier {env.name}: EKS and the HyperPod cluster")
         subnets = network.node_subnets
         # 1. EKS, OIDC provider and access entries.
@@ -111,6 +116,7 @@ class NewClusterStack(ClusterStack):
             eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
             subnets=subnets,
             security_group=network.node_security_group,
+            established=established(self),
         )
         self._dependencies_release()
         for dependency in (
@@ -126,10 +132,12 @@ class NewClusterStack(ClusterStack):
             eks_cluster=self.eks,
             specs=addons("nodes"),
             outputs=self.outputs,
-            context={
-                "hyperpod_cluster_arn": self.hyperpod.cluster_arn,
-                "eks_cluster_arn": self.kvtier_eks.cluster.cluster_arn,
-            },
+            context=AddonContext(
+                hyperpod_cluster_arn=self.hyperpod.cluster_arn,
+                eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
+                model_buckets=model_buckets,
+                env_name=env.name,
+            ),
         )
         self.node_addons.node.add_dependency(self.hyperpod.cluster)
         self._outputs(env)
@@ -158,7 +166,9 @@ class ExistingClusterStack(ClusterStack):
     """An existing HyperPod cluster: imported, with only what its install switches ask for, and Tiered Storage set
     through the API. No VPC, EKS or HyperPod resource is created."""
 
-    def __init__(self, scope: Construct, env: Environment, existing: ExistingCluster) -> None:
+    def __init__(
+        self, scope: Construct, env: Environment, existing: ExistingCluster, model_buckets: tuple[str, ...]
+    ) -> None:
         super().__init__(
             scope,
             env,
@@ -168,10 +178,12 @@ class ExistingClusterStack(ClusterStack):
         self.existing_eks = ExistingEks(self, "Eks", env=env, existing=existing)
         self.eks = self.existing_eks
         # Add-ons the owner asked kvtier to install; the cluster already has nodes, so no ordering is needed.
-        context = {
-            "hyperpod_cluster_arn": existing.hyperpod_cluster_arn,
-            "eks_cluster_arn": self.eks.icluster.cluster_arn,
-        }
+        context = AddonContext(
+            hyperpod_cluster_arn=existing.hyperpod_cluster_arn,
+            eks_cluster_arn=self.eks.icluster.cluster_arn,
+            model_buckets=model_buckets,
+            env_name=env.name,
+        )
         self.addons: dict[str, ClusterAddons] = {}
         for phase in ADDON_GROUPS:
             specs = [s for s in addons(phase) if env.hyperpod.installs_addon(s.name, s.phase)]

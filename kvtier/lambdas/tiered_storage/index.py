@@ -10,7 +10,10 @@ aws-hyperpod.md 1-2). It runs under the CDK custom-resource Provider framework: 
   passed, so no role is passed and no iam:PassRole is needed.
 - The setting found before kvtier changed it is kept in the physical id (CloudFormation sends nothing else back on
   Delete). Delete restores it only if kvtier changed it and the cluster still has the setting kvtier asked for.
-- Every API error fails the deployment with AWS's own code and message.
+- Delete restores nothing while the cluster is not InService (UpdateCluster would be refused and the rollback fail);
+  it logs the command that restores the setting by hand.
+- Every API error fails the deployment with AWS's own code and message; a cluster that is not InService again within
+  the waiter's hour fails with HyperPod's status and failure message, before the framework's generic timeout.
 
 Runs in AWS Lambda; standard library and boto3 only.
 """
@@ -36,6 +39,9 @@ UNCHANGED = "unchanged"  # physical-id state: kvtier found the setting as asked 
 # only after this many seconds (how long the transition takes is not documented; UNVERIFIED).
 SETTLE_S = 60
 FAILED = ("Failed", "RollingBack", "Deleting")
+# The Provider framework's waiter gives up after one hour in all (kvtier/constructs/tiered_storage.py TOTAL_TIMEOUT)
+# with a generic message; is_complete fails first, with HyperPod's status and message, leaving two polls of margin.
+DEADLINE_S = 3600 - 2 * 30
 PERCENT: Final = "InstanceMemoryAllocationPercentage"
 
 Setting = dict[str, Any]  # {"Mode": "Enable" | "Disable", "InstanceMemoryAllocationPercentage"?: int}
@@ -81,6 +87,18 @@ def _delete(event: dict[str, Any], sagemaker: SageMakerClient) -> dict[str, Any]
     current, target = current_setting(described), decode(previous)
     if matches(current, target):
         return unchanged
+    status = described["ClusterStatus"]
+    if status != "InService":
+        # UpdateCluster would fail with a ValidationException while the cluster is Updating (e.g. after the waiter
+        # gave up), and the stack would end in ROLLBACK_FAILED: leave the setting and say how to restore it.
+        _log(
+            "cluster is not InService; not restoring Tiered Storage",
+            cluster=cluster,
+            status=status,
+            restore=f"aws sagemaker update-cluster --cluster-name {cluster} --tiered-storage-config "
+            f"{json.dumps(_config(target))} --node-recovery {described.get('NodeRecovery', 'Automatic')}",
+        )
+        return unchanged
     asked = desired(event.get("ResourceProperties", {}))
     if not matches(current, asked):
         _log("setting changed since kvtier set it; leaving it", cluster=cluster, setting=current)
@@ -116,7 +134,16 @@ def is_complete(
     if status in FAILED:
         message = described.get("FailureMessage") or "no failure message"
         raise RuntimeError(f"HyperPod cluster {cluster[0]} is {status} after the Tiered Storage update: {message}")
-    settled = now() - int(data.get("RequestedAt", "0")) >= SETTLE_S
+    elapsed = now() - int(data.get("RequestedAt", "0"))
+    settled = elapsed >= SETTLE_S
+    if status != "InService" and elapsed >= DEADLINE_S:
+        # Fail before the Provider framework's waiter times out with its generic "Operation timed out": say what
+        # HyperPod reports instead.
+        message = described.get("FailureMessage") or "no failure message"
+        raise RuntimeError(
+            f"HyperPod cluster {cluster[0]} is still {status} {int(elapsed // 60)} minutes after the Tiered Storage "
+            f"update (HyperPod says: {message}); check `aws sagemaker describe-cluster --cluster-name {cluster[0]}`"
+        )
     if status != "InService" or not settled:
         _log("waiting", cluster=cluster[0], status=status)
         return {"IsComplete": False}
@@ -217,14 +244,19 @@ def update(
             f"HyperPod cluster {cluster} reports no NodeRecovery, which UpdateCluster needs next to TieredStorageConfig; "
             "set it once (aws sagemaker update-cluster --cluster-name <name> --node-recovery Automatic|None) and deploy again"
         )
-    config: ClusterTieredStorageConfigTypeDef = {"Mode": setting["Mode"]}
-    if PERCENT in setting:
-        config["InstanceMemoryAllocationPercentage"] = setting[PERCENT]
+    config = _config(setting)
     _log("UpdateCluster", cluster=cluster, setting=setting, node_recovery=node_recovery)
     try:
         sagemaker.update_cluster(ClusterName=cluster, TieredStorageConfig=config, NodeRecovery=node_recovery)
     except ClientError as err:
         raise RuntimeError(f"UpdateCluster {cluster} (Tiered Storage {encode(setting)}): {_aws_message(err)}") from err
+
+
+def _config(setting: Setting) -> ClusterTieredStorageConfigTypeDef:
+    config: ClusterTieredStorageConfigTypeDef = {"Mode": setting["Mode"]}
+    if PERCENT in setting:
+        config["InstanceMemoryAllocationPercentage"] = setting[PERCENT]
+    return config
 
 
 def _require_tiered_storage_support(sagemaker: SageMakerClient) -> None:

@@ -1,0 +1,52 @@
+"""Who can reach what: human access to the EKS API, and model buckets that would fall under kvtier's own."""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+
+from kvtier.config.endpoint import S3Model
+from kvtier.errors import Problem
+from kvtier.naming import own_bucket_patterns
+from kvtier.rules.context import Context, Findings
+
+
+def check_eks_access(ctx: Context, found: Findings) -> None:
+    """For the cluster kvtier creates: a public API endpoint names who may reach it, and someone is admin."""
+    if ctx.env.hyperpod.existing is not None:
+        return  # the owner's cluster: its endpoint and access entries are not kvtier's
+    eks = ctx.env.eks
+    if eks.endpoint_access == "public_and_private" and not eks.public_access_cidrs:
+        found.errors.append(
+            Problem(
+                ctx.env_file,
+                "eks.public_access_cidrs",
+                "the EKS API endpoint is public but no network is named to reach it (kvtier sets no 0.0.0.0/0 default)",
+                "list the CIDRs people run kubectl from (e.g. [203.0.113.0/24]), or use endpoint_access: private",
+            )
+        )
+    if not eks.admins:
+        found.warnings.append(
+            Problem(
+                ctx.env_file,
+                "eks.admins",
+                "no IAM principal gets cluster-admin access, so no person can use kubectl on this cluster",
+                "list your platform team's role, e.g. admins: [arn:aws:iam::<account>:role/<name>]",
+            )
+        )
+
+
+def check_model_buckets(ctx: Context, found: Findings) -> None:
+    """The S3 CSI driver is denied kvtier's own buckets (kvtier.constructs.addons), so a model there cannot load."""
+    patterns = own_bucket_patterns(ctx.env.name)
+    for site in ctx.sites():
+        model = site.endpoint.model
+        if isinstance(model, S3Model) and any(fnmatchcase(model.bucket, p) for p in patterns):
+            found.errors.append(
+                Problem(
+                    site.file,
+                    site.at("model.bucket"),
+                    f"'{model.bucket}' is named like a bucket kvtier creates ({' or '.join(patterns)}), which the "
+                    "model readers are denied",
+                    "keep model weights in a bucket of your own with another name",
+                )
+            )

@@ -1,0 +1,436 @@
+"""`kvtier preflight` on real boto3 clients behind botocore's Stubber (every request and response is validated against
+the service models): each check passing and failing, the CLI's exit codes, and no credentials (exit 3)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from kvtier.cli import main as cli
+from kvtier.config.loader import Config
+from kvtier.errors import UnavailableError
+from kvtier.ops import preflight
+from kvtier.ops.preflight import (
+    BOOTSTRAP_STACK,
+    QUOTA_ACROSS_CLUSTERS,
+    QUOTA_EBS_GB,
+    QUOTA_PER_CLUSTER,
+    Clients,
+    addons_to_check,
+    collect,
+)
+from kvtier.rules import load_checked
+from tests.support import CONFIG_DIR
+
+SERVICES = {
+    "cloudformation": "cloudformation",
+    "sts": "sts",
+    "service_quotas": "service-quotas",
+    "ec2": "ec2",
+    "eks": "eks",
+    "sagemaker": "sagemaker",
+}
+ACCOUNT = "111122223333"
+PROD_ZONES = [("us-east-1a", "use1-az4"), ("us-east-1b", "use1-az6"), ("us-east-1c", "use1-az1")]
+
+
+@dataclass
+class Stubs:
+    clients: Clients
+    stubs: dict[str, Stubber]
+
+    def __getitem__(self, name: str) -> Stubber:
+        return self.stubs[name]
+
+
+def _client(service: str, region: str) -> Any:
+    return boto3.client(service, region_name=region, aws_access_key_id="testing", aws_secret_access_key="testing")  # type: ignore[call-overload]
+
+
+@pytest.fixture(scope="module")
+def prod() -> Config:
+    return load_checked(CONFIG_DIR, "prod")
+
+
+@pytest.fixture(scope="module")
+def byoc() -> Config:
+    return load_checked(CONFIG_DIR, "byoc")
+
+
+def _stubs(region: str) -> Iterator[Stubs]:
+    made = {attr: _client(service, region) for attr, service in SERVICES.items()}
+    stubs = {attr: Stubber(client) for attr, client in made.items()}
+    for stub in stubs.values():
+        stub.activate()
+    try:
+        yield Stubs(Clients(**made), stubs)
+        for stub in stubs.values():
+            stub.assert_no_pending_responses()
+    finally:
+        for stub in stubs.values():
+            stub.deactivate()
+
+
+@pytest.fixture()
+def east() -> Iterator[Stubs]:
+    yield from _stubs("us-east-1")
+
+
+@pytest.fixture()
+def west() -> Iterator[Stubs]:
+    yield from _stubs("us-west-2")
+
+
+# ---- responses -----------------------------------------------------------------------------------------------------
+
+
+def _bootstrap(s: Stubs, *, status: str = "UPDATE_COMPLETE", version: str = "28", absent: bool = False) -> None:
+    if absent:
+        s["cloudformation"].add_client_error(
+            "describe_stacks",
+            service_error_code="ValidationError",
+            service_message=f"Stack with id {BOOTSTRAP_STACK} does not exist",
+            expected_params={"StackName": BOOTSTRAP_STACK},
+        )
+        return
+    stack = {
+        "StackName": BOOTSTRAP_STACK,
+        "CreationTime": "2026-01-01T00:00:00Z",
+        "StackStatus": status,
+        "Outputs": [{"OutputKey": "BootstrapVersion", "OutputValue": version}],
+    }
+    s["cloudformation"].add_response("describe_stacks", {"Stacks": [stack]}, {"StackName": BOOTSTRAP_STACK})
+
+
+def _caller(s: Stubs, account: str = ACCOUNT) -> None:
+    s["sts"].add_response(
+        "get_caller_identity", {"Account": account, "Arn": f"arn:aws:iam::{account}:user/x", "UserId": "AIDX"}, {}
+    )
+
+
+def _quota(name: str, value: float, code: str = "L-00000000") -> dict[str, Any]:
+    return {"ServiceCode": "sagemaker", "QuotaName": name, "QuotaCode": code, "Value": value}
+
+
+def _quotas(s: Stubs, applied: list[dict[str, Any]], defaults: list[dict[str, Any]] | None = None) -> None:
+    s["service_quotas"].add_response(
+        "list_aws_default_service_quotas", {"Quotas": defaults or []}, {"ServiceCode": "sagemaker"}
+    )
+    s["service_quotas"].add_response("list_service_quotas", {"Quotas": applied}, {"ServiceCode": "sagemaker"})
+
+
+def _prod_quotas(**changes: float) -> list[dict[str, Any]]:
+    # prod: 3 x ml.m5.2xlarge and 8 x ml.g6e.4xlarge (config/environments/prod.yaml), 500 GB EBS at most.
+    values = {
+        "ml.m5.2xlarge for cluster usage": 3.0,
+        "ml.g6e.4xlarge for cluster usage": 8.0,
+        QUOTA_PER_CLUSTER: 20.0,
+        QUOTA_ACROSS_CLUSTERS: 30.0,
+        QUOTA_EBS_GB: 1024.0,
+        **{k.replace("_", " "): v for k, v in changes.items()},
+    }
+    return [_quota(name, value) for name, value in values.items()]
+
+
+def _zones(s: Stubs, zones: list[tuple[str, str]], state: str = "available") -> None:
+    region = "us-east-1" if zones[0][0].startswith("us-east-1") else "us-west-2"
+    s["ec2"].add_response(
+        "describe_availability_zones",
+        {
+            "AvailabilityZones": [
+                {"ZoneName": n, "ZoneId": i, "State": state, "RegionName": region, "ZoneType": "availability-zone"}
+                for n, i in zones
+            ]
+        },
+        {"AllAvailabilityZones": False},
+    )
+
+
+def _addons(s: Stubs, config: Config, *, offered: dict[str, list[str]] | None = None) -> None:
+    for spec in addons_to_check(config.env):
+        versions = (offered or {}).get(spec.name, [spec.version, "v9.9.9-eksbuild.1"])
+        addons = (
+            [{"addonName": spec.name, "addonVersions": [{"addonVersion": v} for v in versions]}] if versions else []
+        )
+        s["eks"].add_response(
+            "describe_addon_versions",
+            {"addons": addons},
+            {"addonName": spec.name, "kubernetesVersion": config.env.kubernetes_version},
+        )
+
+
+def _ready_prod(s: Stubs, prod: Config, **overrides: Any) -> None:
+    _bootstrap(s, **overrides.get("bootstrap", {}))
+    _caller(s, overrides.get("account", ACCOUNT))
+    _quotas(s, overrides.get("quotas", _prod_quotas()))
+    _zones(s, overrides.get("zones", PROD_ZONES))
+    _addons(s, prod, offered=overrides.get("offered"))
+
+
+def _bad(report: preflight.PreflightReport) -> list[tuple[str, str, str]]:
+    return [(c.area, c.name, c.verdict) for c in report.checks if c.verdict != "ok"]
+
+
+# ---- a ready account, then each check failing ----------------------------------------------------------------------
+
+
+def test_a_ready_account_passes_every_check(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    report = collect(prod.env, east.clients)
+    assert report.ready, _bad(report)
+    areas = {c.area for c in report.checks}
+    assert areas == {"bootstrap", "account", "quota", "zone", "add-on"}
+    assert {c.name for c in report.checks if c.area == "add-on"} == {s.name for s in addons_to_check(prod.env)}
+    zone = next(c for c in report.checks if c.area == "zone")
+    assert zone.value == "us-east-1a = use1-az4, available"  # the AZ ID a zone name maps to in this account
+
+
+@pytest.mark.parametrize(
+    ("bootstrap", "detail"),
+    [
+        ({"absent": True}, "run `cdk bootstrap aws://111122223333/us-east-1` first"),
+        ({"status": "ROLLBACK_COMPLETE"}, "the bootstrap stack is ROLLBACK_COMPLETE"),
+        ({"version": "5"}, "need bootstrap version 6 or later"),
+    ],
+)
+def test_bootstrap_stack_missing_broken_or_old(
+    east: Stubs, prod: Config, bootstrap: dict[str, Any], detail: str
+) -> None:
+    _ready_prod(east, prod, bootstrap=bootstrap)
+    report = collect(prod.env, east.clients)
+    (bad,) = [c for c in report.checks if c.verdict != "ok"]
+    assert bad.area == "bootstrap" and detail in bad.detail
+    assert report.exit_code == 1
+
+
+def test_credentials_of_another_account(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, account="444455556666")
+    assert _bad(collect(prod.env, east.clients)) == [("account", "caller", "problem")]
+
+
+def test_quotas_below_the_config(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, quotas=_prod_quotas(**{"ml.g6e.4xlarge for cluster usage": 0.0}))
+    report = collect(prod.env, east.clients)
+    (bad,) = [c for c in report.checks if c.verdict != "ok"]
+    assert (bad.area, bad.name, bad.verdict) == ("quota", "ml.g6e.4xlarge for cluster usage", "problem")
+    assert "request an increase to at least 8" in bad.detail
+
+
+def test_a_quota_never_applied_falls_back_to_aws_default(east: Stubs, prod: Config) -> None:
+    applied = [q for q in _prod_quotas() if q["QuotaName"] != "ml.g6e.4xlarge for cluster usage"]
+    _bootstrap(east)
+    _caller(east)
+    _quotas(east, applied, defaults=[_quota("ml.g6e.4xlarge for cluster usage", 0.0, "L-A15DF696")])
+    _zones(east, PROD_ZONES)
+    _addons(east, prod)
+    (bad,) = [c for c in collect(prod.env, east.clients).checks if c.verdict != "ok"]
+    assert bad.name == "ml.g6e.4xlarge for cluster usage" and "L-A15DF696" in bad.value
+
+
+def test_total_instances_quota(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, quotas=_prod_quotas(**{QUOTA_ACROSS_CLUSTERS: 5.0}))
+    assert _bad(collect(prod.env, east.clients)) == [("quota", QUOTA_ACROSS_CLUSTERS, "problem")]
+
+
+def test_unknown_quota_is_not_a_pass(east: Stubs, prod: Config) -> None:
+    quotas = [q for q in _prod_quotas() if q["QuotaName"] != QUOTA_EBS_GB]
+    _ready_prod(east, prod, quotas=quotas)
+    assert _bad(collect(prod.env, east.clients)) == [("quota", QUOTA_EBS_GB, "unknown")]
+
+
+def test_a_zone_missing_or_impaired(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, zones=PROD_ZONES[:2])
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("zone", "us-east-1c", "problem")]
+    assert "us-east-1a (use1-az4)" in next(c for c in report.checks if c.verdict != "ok").detail
+
+
+def test_zone_ids_resolve_to_the_accounts_names(west: Stubs, config_copy: Any) -> None:
+    path = config_copy / "environments" / "dev.yaml"
+    path.write_text(path.read_text().replace("[us-west-2a, us-west-2b]", "[usw2-az1, usw2-az9]"))
+    dev = load_checked(config_copy, "dev")
+    _bootstrap(west)
+    _caller(west)
+    _quotas(
+        west,
+        [
+            _quota(n, 100.0)
+            for n in (
+                "ml.m5.2xlarge for cluster usage",
+                "ml.g6e.4xlarge for cluster usage",
+                QUOTA_PER_CLUSTER,
+                QUOTA_ACROSS_CLUSTERS,
+                QUOTA_EBS_GB,
+            )
+        ],
+    )
+    _zones(west, [("us-west-2a", "usw2-az2"), ("us-west-2b", "usw2-az1"), ("us-west-2c", "usw2-az3")])
+    _addons(west, dev)
+    report = collect(dev.env, west.clients)
+    zones = {c.name: (c.value, c.verdict) for c in report.checks if c.area == "zone"}
+    assert zones == {"usw2-az1": ("us-west-2b = usw2-az1, available", "ok"), "usw2-az9": ("absent", "problem")}
+
+
+def test_a_pinned_addon_version_eks_does_not_offer(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, offered={"aws-mountpoint-s3-csi-driver": ["v2.8.0-eksbuild.1"]})
+    report = collect(prod.env, east.clients)
+    (bad,) = [c for c in report.checks if c.verdict != "ok"]
+    assert bad.name == "aws-mountpoint-s3-csi-driver" and "v2.8.0-eksbuild.1" in bad.detail
+
+
+def test_inference_addon_not_offered_in_the_region(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, offered={"amazon-sagemaker-hyperpod-inference": []})
+    (bad,) = [c for c in collect(prod.env, east.clients).checks if c.verdict != "ok"]
+    assert (
+        bad.name == "amazon-sagemaker-hyperpod-inference"
+        and "offers no version of this add-on in us-east-1" in bad.detail
+    )
+
+
+def test_an_api_error_makes_one_check_unknown(east: Stubs, prod: Config) -> None:
+    _bootstrap(east)
+    _caller(east)
+    east["service_quotas"].add_client_error(
+        "list_aws_default_service_quotas", service_error_code="AccessDeniedException", service_message="no"
+    )
+    _zones(east, PROD_ZONES)
+    _addons(east, prod)
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("quota", "SageMaker quotas", "unknown")]
+    assert report.exit_code == 1
+
+
+# ---- an existing cluster -------------------------------------------------------------------------------------------
+
+
+def _byoc_ready(s: Stubs, byoc: Config, status: str = "InService", eks: str = "ml-cluster-eks") -> None:
+    _bootstrap(s)
+    _caller(s)
+    _zones(s, [("us-west-2a", "usw2-az2"), ("us-west-2b", "usw2-az1")])
+    _addons(s, byoc)
+    existing = byoc.env.hyperpod.existing
+    assert existing is not None
+    s["sagemaker"].add_response(
+        "describe_cluster",
+        {
+            "ClusterArn": existing.hyperpod_cluster_arn,
+            "ClusterName": "ml-cluster",
+            "ClusterStatus": status,
+            "InstanceGroups": [],
+            "Orchestrator": {"Eks": {"ClusterArn": f"arn:aws:eks:us-west-2:{ACCOUNT}:cluster/{eks}"}},
+        },
+        {"ClusterName": existing.hyperpod_cluster_arn},
+    )
+
+
+def test_existing_cluster_in_service_with_its_eks(west: Stubs, byoc: Config) -> None:
+    _byoc_ready(west, byoc)
+    report = collect(byoc.env, west.clients)
+    assert report.ready, _bad(report)
+    assert not [c for c in report.checks if c.area == "quota"]  # nothing to create
+
+
+@pytest.mark.parametrize(
+    ("status", "eks", "bad"), [("Updating", "ml-cluster-eks", "ml-cluster"), ("InService", "other", "orchestrator")]
+)
+def test_existing_cluster_busy_or_orchestrated_elsewhere(
+    west: Stubs, byoc: Config, status: str, eks: str, bad: str
+) -> None:
+    _byoc_ready(west, byoc, status, eks)
+    assert _bad(collect(byoc.env, west.clients)) == [("cluster", bad, "problem")]
+
+
+# ---- the CLI -------------------------------------------------------------------------------------------------------
+
+
+def test_cli_json_and_exit_codes(east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
+    _ready_prod(east, prod)
+    assert cli(["preflight", "-e", "prod", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["ready"] is True
+    _ready_prod(east, prod, bootstrap={"absent": True})
+    assert cli(["preflight", "-e", "prod"]) == 1
+    assert "not ready" in capsys.readouterr().out
+
+
+def test_no_credentials_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
+    for name in (
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/config")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent/credentials")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance-metadata lookup: nothing leaves the machine
+    assert cli(["preflight", "-e", "dev"]) == 3
+    assert "no AWS credentials" in capsys.readouterr().err
+
+
+def test_refused_credentials_are_unavailable(east: Stubs, prod: Config) -> None:
+    east["cloudformation"].add_client_error(
+        "describe_stacks", service_error_code="InvalidClientTokenId", service_message="bad token"
+    )
+    with pytest.raises(UnavailableError, match="refused the credentials"):
+        collect(prod.env, east.clients)
+
+
+# ---- `kvtier status`: stacks the config no longer builds (CloudFormation ListStacks) ---------------------------------
+
+
+def _summary(name: str, status: str = "UPDATE_COMPLETE") -> dict[str, Any]:
+    return {"StackName": name, "StackStatus": status, "CreationTime": "2026-01-01T00:00:00Z"}
+
+
+def _tagged(name: str, env: str) -> dict[str, Any]:
+    return {
+        "Stacks": [
+            {
+                "StackName": name,
+                "StackStatus": "UPDATE_COMPLETE",
+                "CreationTime": "2026-01-01T00:00:00Z",
+                "Tags": [{"Key": "kvtier:environment", "Value": env}],
+            }
+        ]
+    }
+
+
+def test_status_lists_stacks_the_config_no_longer_has(east: Stubs, prod: Config) -> None:
+    from kvtier.ops.status import _LIVE_STACK_STATUSES, environment_stacks, orphan_checks
+
+    live = [
+        *(_summary(f"kvtier-prod-{k}") for k in ("network", "cluster", "platform", "retail", "support", "search")),
+        _summary("kvtier-prod-legal"),  # a LOB removed from prod.yaml
+        _summary("kvtier-prod-b-cluster"),  # another environment, prod-b
+        _summary("unrelated"),
+    ]
+    cfn = east["cloudformation"]
+    cfn.add_response("list_stacks", {"StackSummaries": live}, {"StackStatusFilter": _LIVE_STACK_STATUSES})
+    cfn.add_response(
+        "describe_stacks", _tagged("kvtier-prod-b-cluster", "prod-b"), {"StackName": "kvtier-prod-b-cluster"}
+    )
+    cfn.add_response("describe_stacks", _tagged("kvtier-prod-legal", "prod"), {"StackName": "kvtier-prod-legal"})
+    found = environment_stacks(prod.env, east.clients.cloudformation)
+    checks = orphan_checks(prod.env, found)
+    assert [(c.name, c.verdict) for c in checks] == [("kvtier-prod-legal", "degraded")]
+    assert "aws cloudformation delete-stack --region us-east-1 --stack-name kvtier-prod-legal" in checks[0].detail
+
+
+def test_status_with_every_stack_in_the_config_reports_no_orphan(east: Stubs, prod: Config) -> None:
+    from kvtier.ops.status import _LIVE_STACK_STATUSES, environment_stacks, orphan_checks
+
+    live = [_summary(f"kvtier-prod-{k}") for k in ("network", "cluster", "platform", "retail")]
+    east["cloudformation"].add_response(
+        "list_stacks", {"StackSummaries": live}, {"StackStatusFilter": _LIVE_STACK_STATUSES}
+    )
+    assert orphan_checks(prod.env, environment_stacks(prod.env, east.clients.cloudformation)) == []
