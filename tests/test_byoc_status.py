@@ -54,8 +54,8 @@ def _cluster(**changes: Any) -> dict[str, Any]:
         {
             "InstanceGroupName": "inference",
             "InstanceType": "ml.g6e.4xlarge",
-            "CurrentCount": 2,
-            "TargetCount": 2,
+            "CurrentCount": 3,
+            "TargetCount": 3,
             "Status": "InService",
         },
         {
@@ -139,7 +139,7 @@ def test_healthy_cluster(byoc: Config, clients: tuple[Any, Any, Stubber, Stubber
     by_name = {(c.area, c.name): c for c in report.checks}
     assert by_name[("tiered storage", "TieredStorageConfig")].value == "Enable, 20% of memory"
     assert by_name[("node recovery", "NodeRecovery")].value == "Automatic"
-    assert by_name[("instance group", "inference")].value == "2/2 nodes, ml.g6e.4xlarge, InService"
+    assert by_name[("instance group", "inference")].value == "3/3 nodes, ml.g6e.4xlarge, InService"
     assert by_name[("instance group", "training")].detail == "not used by kvtier"  # the owner's other group
     assert len([c for c in report.checks if c.area == "add-on"]) == len(addons)
 
@@ -148,7 +148,7 @@ def test_degraded_cluster(byoc: Config, clients: tuple[Any, Any, Stubber, Stubbe
     sagemaker, eks, sm_stub, eks_stub = clients
     addons = expected_addons(byoc.env)
     cluster = _cluster(TieredStorageConfig={"Mode": "Disable"})
-    cluster["InstanceGroups"][1].update(CurrentCount=1, Status="Degraded")
+    cluster["InstanceGroups"][1].update(CurrentCount=2, Status="Degraded")
     _expect_cluster(sm_stub, eks_stub, cluster)
     issue = {
         "code": "InsufficientNumberOfReplicas",
@@ -170,7 +170,7 @@ def test_degraded_cluster(byoc: Config, clients: tuple[Any, Any, Stubber, Stubbe
     assert int(report.exit_code) == 1
     bad = {c.name: c for c in report.checks if c.verdict != "ok"}
     assert set(bad) == {"inference", "TieredStorageConfig", "cert-manager", "metrics-server", "aws-ebs-csi-driver"}
-    assert "1 of 2 nodes missing" in bad["inference"].detail and "group is Degraded" in bad["inference"].detail
+    assert "1 of 3 nodes missing" in bad["inference"].detail and "group is Degraded" in bad["inference"].detail
     assert "InsufficientNumberOfReplicas" in bad["cert-manager"].detail
     assert bad["metrics-server"].value == "not installed"
     assert "kvtier pins" in bad["aws-ebs-csi-driver"].detail
@@ -281,8 +281,8 @@ def test_a_new_cluster_is_read_by_name_and_compared_with_its_config(clients: tup
         {
             "InstanceGroupName": "gpu",
             "InstanceType": "ml.g6e.4xlarge",
-            "CurrentCount": 2,
-            "TargetCount": 2,
+            "CurrentCount": 3,
+            "TargetCount": 3,
             "Status": "InService",
         },
     ]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
 from kvtier.rules import load_checked
@@ -29,3 +30,38 @@ def load_from_args(args: argparse.Namespace) -> Config:
 def print_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
     sys.stdout.write("\n")
+
+
+class CheckRow(Protocol):
+    """One row of a live check's report (`kvtier status`, `kvtier preflight`)."""
+
+    @property
+    def area(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def value(self) -> str: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+
+
+def print_checks(title: str, checks: Sequence[CheckRow], *, good: str, bad: str) -> None:
+    """The checks as a table, then one line: `good` when every check is ok, else `bad` with how many are not."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in ("area", "name", "value", "verdict", "detail"):
+        table.add_column(column, overflow="fold")
+    for check in checks:
+        style = {"ok": "green", "unknown": "yellow"}.get(check.verdict, "bold red")
+        table.add_row(check.area, check.name, check.value, f"[{style}]{check.verdict}[/{style}]", check.detail)
+    console = Console()
+    console.print(table)
+    failing = [c for c in checks if c.verdict != "ok"]
+    if failing:
+        console.print(f"[bold red]{bad}[/bold red]: {len(failing)} of {len(checks)} checks need attention")
+    else:
+        console.print(f"[green]{good}[/green]: all {len(checks)} checks passed")

@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
+from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_checks, print_json
 
 if TYPE_CHECKING:
     from kvtier.ops.preflight import PreflightReport
-
-VERDICT_STYLE = {"ok": "green", "problem": "bold red", "unknown": "yellow"}
 
 
 def register(sub: Any) -> None:
@@ -45,19 +43,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report: PreflightReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"kvtier preflight {report.environment} ({report.region})")
-    for column in ("area", "name", "value", "verdict", "detail"):
-        table.add_column(column, overflow="fold")
-    for check in report.checks:
-        style = VERDICT_STYLE[check.verdict]
-        table.add_row(check.area, check.name, check.value, f"[{style}]{check.verdict}[/{style}]", check.detail)
-    console = Console()
-    console.print(table)
-    bad = [c for c in report.checks if c.verdict != "ok"]
-    if bad:
-        console.print(f"[bold red]not ready[/bold red]: {len(bad)} of {len(report.checks)} checks need attention")
-    else:
-        console.print(f"[green]ready[/green]: all {len(report.checks)} checks passed")
+    print_checks(
+        f"kvtier preflight {report.environment} ({report.region})", report.checks, good="ready", bad="not ready"
+    )

@@ -11,12 +11,10 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
+from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_checks, print_json
 
 if TYPE_CHECKING:
     from kvtier.ops.status import StatusReport
-
-VERDICT_STYLE = {"ok": "green", "degraded": "bold red", "unknown": "yellow"}
 
 
 def register(sub: Any) -> None:
@@ -46,19 +44,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def print_report(report: StatusReport) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title=f"kvtier {report.environment}: HyperPod {report.hyperpod_cluster}, EKS {report.eks_cluster}")
-    for column in ("area", "name", "value", "verdict", "detail"):
-        table.add_column(column, overflow="fold")
-    for check in report.checks:
-        style = VERDICT_STYLE[check.verdict]
-        table.add_row(check.area, check.name, check.value, f"[{style}]{check.verdict}[/{style}]", check.detail)
-    console = Console()
-    console.print(table)
-    bad = [c for c in report.checks if c.verdict != "ok"]
-    if bad:
-        console.print(f"[bold red]degraded[/bold red]: {len(bad)} of {len(report.checks)} checks need attention")
-    else:
-        console.print(f"[green]healthy[/green]: all {len(report.checks)} checks passed")
+    print_checks(
+        f"kvtier {report.environment}: HyperPod {report.hyperpod_cluster}, EKS {report.eks_cluster}",
+        report.checks,
+        good="healthy",
+        bad="degraded",
+    )
