@@ -254,10 +254,12 @@ def test_deep_health_checks_follow_the_config() -> None:
 
 def test_deep_health_checks_are_off_once_established(tmp_path: Path) -> None:
     from kvtier.app import build, new_app
+    from kvtier.stacks.cluster import NewClusterStack
 
     app = new_app(str(tmp_path))
     app.node.set_context("established", "true")
     stacks = build(app, load_checked(CONFIG_DIR, "dev"))
+    assert isinstance(stacks.cluster, NewClusterStack)
     groups = stacks.cluster.hyperpod.cluster.instance_groups
     assert all(g.on_start_deep_health_checks is None for g in groups)
 
