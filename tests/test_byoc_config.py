@@ -44,7 +44,7 @@ def test_the_example_loads_with_the_owners_groups_and_selectors() -> None:
     env = load_checked(CONFIG_DIR, "byoc").env
     existing = env.hyperpod.existing
     assert existing is not None and not env.hyperpod.instance_groups
-    assert [(g.name, g.role, g.count) for g in env.groups("gpu")] == [("inference", "gpu", 2)]
+    assert [(g.name, g.role, g.count) for g in env.groups("gpu")] == [("inference", "gpu", 3)]
     assert [(g.name, g.role) for g in env.groups("system")] == [("controllers", "system")]
     assert placement(env, "gpu").node_selector == {"sagemaker.amazonaws.com/instance-group-name": "inference"}
     assert placement(env, "system").node_selector == {"sagemaker.amazonaws.com/instance-group-name": "controllers"}

@@ -41,7 +41,7 @@ def test_standalone_settings_are_kvtiers_own(config: Config, tmp_path: Path) -> 
     """The engine gets the ConfigMap file and env kvtier renders; only the mount root and L1 size change."""
     endpoint = render.endpoint_of(config, LOB, ENDPOINT)
     rendered = render.standalone(config, LOB, endpoint)
-    assert rendered.lmcache == serving.lmcache_config(endpoint.cache, endpoint.name)
+    assert rendered.lmcache == serving.lmcache_config(endpoint.cache, serving.l2_subdir(endpoint))
     assert rendered.env["PYTHONHASHSEED"] == serving.HASH_SEED
     launch = _launch(rendered, tmp_path)
     assert launch.l2_dir is not None

@@ -183,6 +183,10 @@ def test_public_endpoint_needs_explicit_cidrs(config_copy: Path) -> None:
 
 
 def test_no_admin_warns(config_copy: Path) -> None:
+    path = config_copy / "environments" / "dev.yaml"
+    text = path.read_text()
+    path.write_text(text.replace('admins: ["arn:aws:iam::111122223333:role/PlatformAdmin"]', "admins: []"))
+    assert "admins: []" in path.read_text()
     warnings = [str(w) for w in load_checked(config_copy, "dev").warnings]
     assert any("eks.admins: no IAM principal gets cluster-admin access" in w for w in warnings), warnings
 

@@ -64,8 +64,9 @@ def test_a_misspelled_field_fails_the_crd_check(dev: Synth) -> None:
 
 
 def test_dashboard_configmaps_carry_the_sidecar_label(dev: Synth) -> None:
-    maps = [o for o in _objects(dev) if o["kind"] == "ConfigMap" and o["metadata"]["name"].startswith("kvtier-")]
-    assert {m["metadata"]["name"] for m in maps} == {"kvtier-overview", "kvtier-endpoint"}
+    dashboards = {"kvtier-overview", "kvtier-endpoint"}
+    maps = [o for o in _objects(dev) if o["kind"] == "ConfigMap" and o["metadata"]["name"] in dashboards]
+    assert len(maps) == len(dashboards)
     for cm in maps:
         validate_k8s(cm)
         assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"

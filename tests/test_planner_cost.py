@@ -20,28 +20,29 @@ H100_PER_L40S = G6E.gpu_spec.bf16_dense_tflops / P5.gpu_spec.bf16_dense_tflops
 
 
 def test_dev_costs_by_hand() -> None:
-    """dev: 2 x ml.m5.2xlarge system nodes, 2 x ml.g6e.4xlarge GPU nodes, retail holding both GPUs."""
+    """dev: 2 x ml.m5.2xlarge system nodes, 3 x ml.g6e.4xlarge GPU nodes, retail holding two GPUs (the third is
+    kept free for rolling updates)."""
     config = load_checked(CONFIG_DIR, "dev")
     assert [(g.instance_type, g.count) for g in config.env.hyperpod.instance_groups] == [
         ("ml.m5.2xlarge", 2),
-        ("ml.g6e.4xlarge", 2),
+        ("ml.g6e.4xlarge", 3),
     ]
     cost = env_cost(config.env, config.lobs)
     g6e, m5 = G6E.price_per_hour or 0, M5.price_per_hour or 0
-    assert (cost.gpus, cost.gpu_nodes, cost.allocated_gpus) == (2, 2, 2)
-    assert cost.gpu_price.per_hour == pytest.approx(2 * g6e)
+    assert (cost.gpus, cost.gpu_nodes, cost.allocated_gpus) == (3, 3, 2)
+    assert cost.gpu_price.per_hour == pytest.approx(3 * g6e)
+    assert cost.unallocated_price.per_hour == pytest.approx(g6e)
     assert cost.system_price.per_hour == pytest.approx(2 * m5)
-    assert cost.total.per_hour == pytest.approx(2 * g6e + 2 * m5)
-    assert cost.total.per_month == pytest.approx((2 * g6e + 2 * m5) * 730)
-    assert cost.unallocated_price.per_hour == 0
+    assert cost.total.per_hour == pytest.approx(3 * g6e + 2 * m5)
+    assert cost.total.per_month == pytest.approx((3 * g6e + 2 * m5) * 730)
     (retail,) = cost.lobs
-    assert (retail.name, retail.gpus, retail.gpu_quota, retail.nodes) == ("retail", 2, 2, 2)
+    assert (retail.name, retail.gpus, retail.gpu_quota, retail.nodes) == ("retail", 2, 3, 2)
     assert retail.price.per_hour == pytest.approx(2 * g6e)
     # P5: the same dense BF16 throughput, priced per H100 GPU-hour for a LOB and in whole instances for the env.
     assert retail.h100_gpus == pytest.approx(2 * H100_PER_L40S)
     assert retail.p5_price.per_hour == pytest.approx(2 * H100_PER_L40S * (P5.price_per_hour or 0) / 8)
-    assert cost.h100_gpus == pytest.approx(2 * H100_PER_L40S)
-    assert cost.p5_instances == math.ceil(2 * H100_PER_L40S / 8) == 1
+    assert cost.h100_gpus == pytest.approx(3 * H100_PER_L40S)  # every GPU of the environment, the free one too
+    assert cost.p5_instances == math.ceil(3 * H100_PER_L40S / 8) == 1
     assert cost.total_on_p5.per_hour == pytest.approx((P5.price_per_hour or 0) + 2 * m5)
 
 
@@ -64,6 +65,7 @@ def test_lob_on_a_multi_gpu_instance_pays_its_gpus_share(config_copy: Path) -> N
     lob_path = config_copy / "lobs" / "retail.yaml"
     lob = yaml.safe_load(lob_path.read_text())
     lob["endpoints"][0].update(instance_type="ml.g6e.12xlarge", tensor_parallel=2, replicas=1)
+    lob["gpu_quota"] = 4  # one replica of TP 2 and its rolling-update surge pod
     lob_path.write_text(yaml.safe_dump(lob))
     config = load_checked(config_copy, "dev")
     cost = env_cost(config.env, config.lobs)
@@ -94,7 +96,7 @@ def test_price_override_from_the_environment(config_copy: Path) -> None:
     env_path.write_text(yaml.safe_dump(env))
     config = load_checked(config_copy, "dev")
     assert config.env.instance("ml.g6e.4xlarge").price_as_of == "catalog_overrides"
-    assert env_cost(config.env, config.lobs).gpu_price.per_hour == pytest.approx(10.0)
+    assert env_cost(config.env, config.lobs).gpu_price.per_hour == pytest.approx(15.0)  # 3 nodes x 5.0
 
 
 def test_existing_cluster_costs_its_declared_groups() -> None:

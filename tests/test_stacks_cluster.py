@@ -108,7 +108,7 @@ def test_eks_cluster_settings(dev: Synth) -> None:
 def test_endpoint_access_follows_config(dev: Synth, prod: Synth) -> None:
     dev_vpc = _props(dev.only("cluster", "AWS::EKS::Cluster"))["ResourcesVpcConfig"]
     assert dev_vpc["EndpointPublicAccess"] is True and dev_vpc["EndpointPrivateAccess"] is True
-    assert dev_vpc["PublicAccessCidrs"] == ["0.0.0.0/0"]
+    assert dev_vpc["PublicAccessCidrs"] == ["203.0.113.0/24"]  # named in dev.yaml; no 0.0.0.0/0 default
     prod_vpc = _props(prod.only("cluster", "AWS::EKS::Cluster"))["ResourcesVpcConfig"]
     assert prod_vpc["EndpointPublicAccess"] is False and prod_vpc["EndpointPrivateAccess"] is True
 
@@ -125,10 +125,10 @@ def test_admins_get_access_entries(dev: Synth, prod: Synth) -> None:
             if isinstance(_props(e)["PrincipalArn"], str)
         ]
 
-    assert admin_entries(dev) == []
-    [entry] = admin_entries(prod)
-    assert entry["PrincipalArn"] == "arn:aws:iam::111122223333:role/PlatformAdmin"
-    assert "AmazonEKSClusterAdminPolicy" in json.dumps(entry["AccessPolicies"])
+    for synth in (dev, prod):
+        [entry] = admin_entries(synth)
+        assert entry["PrincipalArn"] == "arn:aws:iam::111122223333:role/PlatformAdmin"
+        assert "AmazonEKSClusterAdminPolicy" in json.dumps(entry["AccessPolicies"])
 
 
 def test_oidc_provider_is_native(dev: Synth) -> None:
@@ -249,7 +249,7 @@ def test_hyperpod_cluster(dev: Synth) -> None:
     groups = {g["InstanceGroupName"]: g for g in props["InstanceGroups"]}
     assert groups["system"]["InstanceType"] == "ml.m5.2xlarge"
     gpu = groups["gpu"]
-    assert gpu["InstanceType"] == "ml.g6e.4xlarge" and gpu["InstanceCount"] == 2
+    assert gpu["InstanceType"] == "ml.g6e.4xlarge" and gpu["InstanceCount"] == 3
     assert gpu["KubernetesConfig"]["Labels"] == {"kvtier.io/role": "gpu"}
     assert groups["system"]["KubernetesConfig"]["Labels"] == {"kvtier.io/role": "system"}
     assert gpu["InstanceStorageConfigs"] == [{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}]

@@ -9,6 +9,7 @@ import pytest
 
 from kvtier.day2 import manifests
 from kvtier.rules import load_checked
+from kvtier.serving import l2_subdir
 from tests.support import CONFIG_DIR, Synth
 
 LOBS = ("retail", "support", "search")
@@ -47,7 +48,7 @@ def test_lob_stack_holds_its_fences_volume_policy_and_endpoints(prod: Synth, lob
     janitors = [d for d in _kinds(objects, "Deployment") if d["metadata"]["name"] == "l2-cache-janitor"]
     assert janitors, "the L2 janitor"
     args = janitors[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    wanted = {f"--in-use={e.name}" for e in config.lob(lob).endpoints if e.cache.l2 == "curvine"}
+    wanted = {f"--in-use={l2_subdir(e)}" for e in config.lob(lob).endpoints if e.cache.l2 == "curvine"}
     assert {a for a in args if a.startswith("--in-use=")} == wanted, "the janitor keeps exactly the endpoints' dirs"
     assert _kinds(objects, "RoleBinding"), "the L2 healer may restart this LOB's pods"
     [policy] = _kinds(objects, "Policy")
@@ -106,8 +107,12 @@ def test_s3_model_reader_can_read_only_its_prefix(prod: Synth) -> None:
         if r["Type"] == "AWS::IAM::Policy"
         for s in r["Properties"]["PolicyDocument"]["Statement"]
     ]
+    partition = '{"Ref": "AWS::Partition"}'
     resources = sorted(json.dumps(s["Resource"]) for s in statements)
-    assert resources == ['"arn:aws:s3:::acme-ml-models"', '"arn:aws:s3:::acme-ml-models/qwen2.5-7b-instruct/*"']
+    assert resources == [  # partition-agnostic ARNs
+        f'{{"Fn::Join": ["", ["arn:", {partition}, ":s3:::acme-ml-models"]]}}',
+        f'{{"Fn::Join": ["", ["arn:", {partition}, ":s3:::acme-ml-models/qwen2.5-7b-instruct/*"]]}}',
+    ]
     assert all(s["Action"] in ("s3:GetObject", "s3:ListBucket") for s in statements)
     for lob in ("retail", "support"):  # Hugging Face models: no role at all
         types = {r["Type"] for r in prod.templates[f"kvtier-prod-{lob}"]["Resources"].values()}

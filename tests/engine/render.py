@@ -105,15 +105,21 @@ def standalone(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
 def operator_pod(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
     """The operator pod's vLLM container after the LOB's Kyverno Policy mutated it (the `app` label names the
     endpoint); args are the flags kvtier shares with the operator (`vllm_args`) after `--model`."""
-    from kvtier.k8s.kyverno_policy import ENDPOINT_VAR, l2_policy
+    from kvtier.k8s.kyverno_policy import ENDPOINT_VAR, IDENTITY_VAR, l2_policy
     from kvtier.k8s.operator_endpoint import vllm_args, worker_env
+    from kvtier.serving import L2_IDENTITY_VAR
 
     env = _plain_env(worker_env(endpoint))
+    # The policy's variables, as Kyverno resolves them: the pod's `app` label, and the container's identity variable.
+    variables = {ENDPOINT_VAR: endpoint.name, IDENTITY_VAR: env.get(L2_IDENTITY_VAR, "")}
     policy = l2_policy(lob)
     mutate = next(r for r in policy["spec"]["rules"] if "mutate" in r)["mutate"]["foreach"][0]
     patch = mutate["patchStrategicMerge"]["spec"]["containers"][0]["env"]
     for item in patch:  # strategic merge of env: by name, replacing an existing entry
-        env[item["name"]] = str(item["value"]).replace(ENDPOINT_VAR, endpoint.name)
+        value = str(item["value"])
+        for variable, resolved in variables.items():
+            value = value.replace(variable, resolved)
+        env[item["name"]] = value
     args = ("--model", "/opt/ml/model", *vllm_args(endpoint))
     return Rendered(f"operator {lob}/{endpoint.name} (Kyverno-rewired)", args, env)
 

@@ -128,13 +128,14 @@ def broken(what: str | None) -> Iterator[None]:
         return
     if what not in BREAKS:
         raise ValueError(f"KVTIER_ENGINE_BREAK={what!r}: use one of {', '.join(BREAKS)}")
-    saved = serving.HASH_SEED, serving.l2_url, serving.lmcache_config
+    saved = serving.HASH_SEED, serving.l2_dir_url, serving.lmcache_config
     original_config = serving.lmcache_config
     try:
         if what == "hash-seed":
             serving.HASH_SEED = "random"  # Python then picks a per-process seed, as with none at all
         elif what == "l2-url":
-            serving.l2_url = lambda endpoint, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{endpoint}/"
+            # Every L2 URL kvtier renders (ConfigMap, operator env, Kyverno rewiring) comes from l2_dir_url.
+            serving.l2_dir_url = lambda subdir, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{subdir}/"
         else:
 
             def doubled(*args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -157,7 +158,7 @@ def broken(what: str | None) -> Iterator[None]:
                 if value is not None:
                     module.lmcache_config = value  # type: ignore[attr-defined]
     finally:
-        serving.HASH_SEED, serving.l2_url, serving.lmcache_config = saved
+        serving.HASH_SEED, serving.l2_dir_url, serving.lmcache_config = saved
 
 
 def other_identity(endpoint: Endpoint) -> tuple[Endpoint, str]:
