@@ -21,6 +21,7 @@ ENDPOINT = LOB.endpoints[0]
 KV = resolve_model(ENDPOINT.model.id, LOB.models).kv_bytes_per_token
 EP = f'lob="{LOB.name}", kvtier_endpoint="{ENDPOINT.name}"'
 EP_LABELS = {"lob": LOB.name, "kvtier_endpoint": ENDPOINT.name}
+GPU_NODES = sum(g.count for g in DEV.env.groups("gpu"))  # one Curvine worker each
 
 
 def _write_rules(tmp_path: Path, env_name: str = "dev") -> list[Path]:
@@ -77,15 +78,24 @@ ALERT_CASES: dict[str, tuple[list[tuple[str, str]], dict[str, str], list[tuple[s
     ),
     "KvtierGpuNodeWithoutCurvineWorker": (
         [
-            ('kube_daemonset_status_number_ready{namespace="curvine", daemonset="curvine-worker"}', "1x30"),
-            ('kube_daemonset_status_desired_number_scheduled{namespace="curvine", daemonset="curvine-worker"}', "2x30"),
-            ('worker_num{kvtier_component="master", tag="live"}', "2x30"),
+            (
+                'kube_daemonset_status_number_ready{namespace="curvine", daemonset="curvine-worker"}',
+                f"{GPU_NODES - 1}x30",
+            ),
+            (
+                'kube_daemonset_status_desired_number_scheduled{namespace="curvine", daemonset="curvine-worker"}',
+                f"{GPU_NODES}x30",
+            ),
+            ('worker_num{kvtier_component="master", tag="live"}', f"{GPU_NODES}x30"),
         ],
         {"namespace": "curvine", "daemonset": "curvine-worker"},
         [
-            ('kube_daemonset_status_number_ready{namespace="curvine", daemonset="curvine-worker"}', "2x30"),
-            ('kube_daemonset_status_desired_number_scheduled{namespace="curvine", daemonset="curvine-worker"}', "2x30"),
-            ('worker_num{kvtier_component="master", tag="live"}', "2x30"),
+            ('kube_daemonset_status_number_ready{namespace="curvine", daemonset="curvine-worker"}', f"{GPU_NODES}x30"),
+            (
+                'kube_daemonset_status_desired_number_scheduled{namespace="curvine", daemonset="curvine-worker"}',
+                f"{GPU_NODES}x30",
+            ),
+            ('worker_num{kvtier_component="master", tag="live"}', f"{GPU_NODES}x30"),
         ],
         "15m",
     ),
