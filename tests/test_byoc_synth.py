@@ -156,7 +156,8 @@ def _manifests(synth: Synth) -> dict[str, Any]:
     for stack in [synth.stacks.platform, *synth.stacks.lobs]:
         kind = stack.stack_name.split("-", 2)[2]
         out[kind] = {
-            "charts": {chart.node.id: chart.manifests() for chart in stack.outputs.charts},
+            # Observability differs by design: dev runs the Prometheus Operator mode, byoc the HyperPod add-on's.
+            "charts": {c.node.id: c.manifests() for c in stack.outputs.charts if "observability" not in c.node.id},
             "releases": [dict(vars(release)) for release in stack.outputs.releases],
         }
     return out
