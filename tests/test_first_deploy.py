@@ -265,7 +265,12 @@ def test_deep_health_checks_are_off_once_established(tmp_path: Path) -> None:
     stacks = build(app, load_checked(CONFIG_DIR, "dev"))
     assert isinstance(stacks.cluster, NewClusterStack)
     groups = stacks.cluster.hyperpod.cluster.instance_groups
-    assert all(g.on_start_deep_health_checks is None for g in groups)
+    assert isinstance(groups, list) and groups
+    from aws_cdk.aws_sagemaker import CfnCluster
+
+    properties = [g for g in groups if isinstance(g, CfnCluster.ClusterInstanceGroupProperty)]
+    assert len(properties) == len(groups)
+    assert all(g.on_start_deep_health_checks is None for g in properties)
 
 
 def test_tiered_storage_counts_on_system_nodes_too(config_copy: Path) -> None:
