@@ -53,14 +53,16 @@ def _key(value: Any) -> str:
     return json.dumps(value, sort_keys=True)
 
 
-def _normalized(statements: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for s in statements:
-        n = {k: v for k, v in s.items() if k != "Sid"}
-        n["Action"] = _as_list(n["Action"])
-        n["Resource"] = _as_list(n["Resource"])
-        out.append(n)
-    return sorted(out, key=_key)
+def _normalized(statements: list[dict[str, Any]]) -> list[tuple[str, str, str, str]]:
+    """What a policy grants, one (effect, action, resource, condition) per pair: CDK merges statements that differ
+    only in actions or resources (`@aws-cdk/aws-iam:minimizePolicies`), which grants exactly the same."""
+    grants = {
+        (s["Effect"], action, resource, json.dumps(s.get("Condition", {}), sort_keys=True))
+        for s in statements
+        for action in _as_list(s["Action"])
+        for resource in _as_list(s["Resource"])
+    }
+    return sorted(grants)
 
 
 def _role(synth: Synth, kind: str, name: str) -> dict[str, Any]:
