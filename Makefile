@@ -53,7 +53,10 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
+# kvtier's own .pyc files: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every synth would
+# compile the package from source (docs/benchmarks.md). compileall rewrites only what changed.
 setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
+	@$(PY) -m compileall -q kvtier
 
 # promtool (Debian's `prometheus` package) checks and unit-tests the alert and recording rules; installed only where
 # it is missing (tests skip without it outside CI and fail without it under CI).

@@ -127,6 +127,19 @@ async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
             await asyncio.sleep(pause_s)
 
 
+def wait_for_targets(url: str, count: int, timeout_s: float = 30.0) -> None:
+    """Until Prometheus has scraped all `count` engine targets once: it applies new targets only every 5 s, so a
+    workload started at once could end before the first scrape, and rate() would then see flat counters."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        targets = httpx.get(f"{url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        scraped = [t for t in targets if t["labels"].get("job") == "kvtier-engines" and t["health"] == "up"]
+        if len(scraped) == count:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"prometheus did not scrape the {count} test servers within {timeout_s:g} s")
+
+
 def query_range(url: str, expr: str, start: float, end: float) -> list[tuple[float, float]]:
     resp = httpx.get(
         f"{url}/api/v1/query_range", params={"query": expr, "start": start, "end": end, "step": 1}, timeout=10
@@ -165,6 +178,7 @@ def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
             port = _free_port()
             config = write_config(folder, cluster.urls, port)
             with prometheus(folder, config, port) as url:
+                wait_for_targets(url, len(cluster.urls))
                 start = time.time()
                 asyncio.run(asyncio.wait_for(workload(cluster.urls, rounds, pause_s), PROMETHEUS_BUDGET_S))
                 time.sleep(3)  # two more scrapes and rule evaluations

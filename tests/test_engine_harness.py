@@ -133,6 +133,36 @@ def test_writer_check_needs_files_under_the_shared_mount() -> None:
         checks.writer_stored(_observed(A=_reading("A", 0, files=files[:1])))
 
 
+def _probe(exit_code: int, outcome: str, *, wrote: int, read: int, hits: int, message: str = "") -> dict[str, object]:
+    result = {"outcome": outcome, "a_write_bytes": wrote, "l2_read_bytes": read, "hit_tokens": hits, "message": message}
+    return {"exit_code": exit_code, "results": [result]}
+
+
+def test_probe_checks_pass_on_a_good_run_and_fail_on_wrong_results() -> None:
+    seed_miss = "pod B asked LMCache but read nothing ... the pods hash differently (PYTHONHASHSEED, model name)"
+    good = _observed()
+    good.probe = {
+        "replicas": _probe(0, "hit", wrote=9000, read=9000, hits=1792),
+        "other_seed": _probe(1, "miss", wrote=9000, read=0, hits=0, message=seed_miss),
+    }
+    checks.probe_hit(good)
+    checks.probe_miss_explained(good)
+    wrong_hits = {
+        "a partial chunk": _probe(0, "hit", wrote=9000, read=9000, hits=1800),
+        "fewer tokens than the prompt's full chunks": _probe(0, "hit", wrote=9000, read=9000, hits=1536),
+        "a miss": _probe(1, "miss", wrote=9000, read=0, hits=0),
+    }
+    for report in wrong_hits.values():
+        with pytest.raises(AssertionError):
+            checks.probe_hit(dataclasses.replace(good, probe={**good.probe, "replicas": report}))
+    with pytest.raises(AssertionError, match="does not name the hash seed"):
+        checks.probe_miss_explained(
+            dataclasses.replace(good, probe={**good.probe, "other_seed": _probe(1, "miss", wrote=1, read=0, hits=0)})
+        )
+    with pytest.raises(AssertionError, match="did not run"):
+        checks.probe_hit(_observed())
+
+
 def test_metric_sum_adds_label_sets() -> None:
     text = 'vllm:external_prefix_cache_hits_total{engine="0",model_name="m"} 768.0\n' + (
         'vllm:external_prefix_cache_hits_total{engine="1"} 2.0\nvllm:external_prefix_cache_queries_total 9.0\n'

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from kvtier.bench.testserver import FakeCluster
+from kvtier.bench.testserver import Behaviour, FakeCluster
 from kvtier.cli.verify import probe_targets, run_probe
 from kvtier.errors import ExitCode
-from kvtier.ops.probe import PROMPT_WORDS, Pod, UnreachableError, pick_pair
+from kvtier.ops.probe import PROMPT_WORDS, Pod, ProbeTiming, UnreachableError, pick_pair
 from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
@@ -58,8 +58,10 @@ def shared() -> Iterator[FakeCluster]:
         yield cluster
 
 
-def _run(access: StubAccess, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
-    code = run_probe(CONFIG, access, as_json=True)
+def _run(
+    access: StubAccess, capsys: pytest.CaptureFixture[str], timing: ProbeTiming | None = None
+) -> tuple[int, dict[str, Any]]:
+    code = run_probe(CONFIG, access, as_json=True, timing=timing)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -91,11 +93,35 @@ def test_salt_makes_every_run_cold(shared: FakeCluster, capsys: pytest.CaptureFi
 
 def test_two_pods_with_separate_caches_miss_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
     with FakeCluster(1) as one, FakeCluster(1) as other:
-        code, report = _run(StubAccess(one.urls[0], other.urls[0]), capsys)
+        # A miss waits out the settle time (nothing ever shows up on B): short here, since the stubs publish at once.
+        code, report = _run(StubAccess(one.urls[0], other.urls[0]), capsys, ProbeTiming(settle_s=1.0))
     assert code == ExitCode.PROBLEMS
     (result,) = report["results"]
     assert result["outcome"] == "miss" and result["hit_tokens"] == 0 and result["a_write_bytes"] > 0
     assert "PYTHONHASHSEED" in result["message"] and "LMCACHE_REMOTE_URL" in result["message"]
+
+
+def test_a_hit_that_lmcache_publishes_late_is_still_a_hit(capsys: pytest.CaptureFixture[str]) -> None:
+    """LMCache publishes its counters from a thread every 10 s: the probe must wait for B's reads to show (here one
+    publication every 1.5 s, and a settle time of three of them), not judge B's counters the moment it answers."""
+    with FakeCluster(2, Behaviour(lmcache_publish_s=1.5)) as late:
+        a, b = late.servers
+        code, report = _run(StubAccess(a.url, b.url), capsys, ProbeTiming(store_wait_s=5.0, settle_s=4.5))
+    (result,) = report["results"]
+    assert code == ExitCode.OK and result["outcome"] == "hit", result
+    assert result["l2_read_bytes"] > 0 and result["hit_tokens"] == PROMPT_WORDS
+
+
+def test_a_miss_that_lmcache_publishes_late_names_the_hashing(capsys: pytest.CaptureFixture[str]) -> None:
+    """Real LMCache counts `num_requested_tokens` only when it retrieves, so on a miss only its lookup counters move,
+    and only at the next publication: the probe waits for the lookup and then blames the hashing, not the config."""
+    late = Behaviour(lmcache_publish_s=1.0)
+    with FakeCluster(1, late) as one, FakeCluster(1, late) as other:
+        code, report = _run(StubAccess(one.urls[0], other.urls[0]), capsys, ProbeTiming(store_wait_s=5.0, settle_s=4.0))
+    (result,) = report["results"]
+    assert code == ExitCode.PROBLEMS and result["outcome"] == "miss", result
+    assert result["counters"]["lmcache:num_lookup_tokens_total"] >= PROMPT_WORDS, result
+    assert "PYTHONHASHSEED" in result["message"], result["message"]
 
 
 def test_a_dead_pod_exits_3(shared: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:

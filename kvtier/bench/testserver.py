@@ -48,6 +48,9 @@ class Behaviour:
     stall_s: float = 0.0  # wait this long before answering (timeouts)
     metrics: bool = True  # False: /metrics answers 404
     lmcache_metrics: bool = True  # False: no lmcache:* series (PROMETHEUS_MULTIPROC_DIR unset)
+    # > 0: lmcache:* series show the counts as of the last publication, one every this many seconds, as LMCache's
+    # stats thread publishes them (every 10 s in LMCache 0.4.3, docs/references.md); 0: at once.
+    lmcache_publish_s: float = 0.0
     usage: bool = True  # send `usage` in the last chunk
     model: str = "kvtier/fake-model"
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
@@ -108,6 +111,8 @@ class FakeServer:
         self._open: set[asyncio.StreamWriter] = set()
         self.port = 0
         self._server: asyncio.Server | None = None
+        self._published: dict[str, float] | None = None  # lmcache:* as last published (lmcache_publish_s > 0)
+        self._publisher: asyncio.Task[None] | None = None
 
     @property
     def url(self) -> str:
@@ -116,8 +121,18 @@ class FakeServer:
     async def start(self, port: int = 0) -> None:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", port)
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.behaviour.lmcache_publish_s > 0:
+            self._published = {}
+            self._publisher = asyncio.create_task(self._publish_every(self.behaviour.lmcache_publish_s))
+
+    async def _publish_every(self, interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            self._published = {k: v for k, v in self.counters.items() if k.startswith("lmcache:")}
 
     async def stop(self) -> None:
+        if self._publisher is not None:
+            self._publisher.cancel()
         if self._server is not None:
             self._server.close()
             for writer in list(self._open):  # idle keep-alive connections: wait_closed() would wait for them
@@ -135,6 +150,8 @@ class FakeServer:
         miss = n - local_hit - l2_hit
         delay = (b.warm_s * local_hit + b.l2_s * l2_hit + b.cold_s * miss) / n
         new_in_l2 = [k for k in keys if k not in self.shared.blocks]
+        # LMCache looks up the whole prompt and finds the blocks its store holds from the start
+        stored = next((i for i, k in enumerate(keys) if k not in self.shared.blocks), len(keys))
         self.local.update(keys)
         self.shared.blocks.update(keys)
         c = self.counters
@@ -142,8 +159,11 @@ class FakeServer:
         c["vllm:prefix_cache_hits_total"] += local_hit
         c["vllm:external_prefix_cache_queries_total"] += len(words) - local_hit
         c["vllm:external_prefix_cache_hits_total"] += l2_hit
-        c["lmcache:num_requested_tokens_total"] += len(words) - local_hit
+        if l2_hit:  # LMCache counts requested tokens only when it retrieves (observability.py on_retrieve_request)
+            c["lmcache:num_requested_tokens_total"] += len(words) - local_hit
         c["lmcache:num_hit_tokens_total"] += l2_hit
+        c["lmcache:num_lookup_tokens_total"] += len(words)
+        c["lmcache:num_lookup_hits_total"] += stored * b.block_words
         c["lmcache:num_remote_read_requests_total"] += l2
         c["lmcache:num_remote_read_bytes_total"] += l2_hit * BYTES_PER_TOKEN
         c["lmcache:num_remote_write_requests_total"] += len(new_in_l2)
@@ -172,17 +192,21 @@ class FakeServer:
             lines.append(f'vllm:prompt_tokens_by_source_total{{{labels},source="{source}"}} {c[source]}')
         lines.append(f"vllm:num_requests_running{{{labels}}} 0.0")
         if self.behaviour.lmcache_metrics:
+            shown = self._published if self._published is not None else c
             for name in (
                 "lmcache:num_requested_tokens_total",
                 "lmcache:num_hit_tokens_total",
+                "lmcache:num_lookup_tokens_total",
+                "lmcache:num_lookup_hits_total",
                 "lmcache:num_remote_read_requests_total",
                 "lmcache:num_remote_read_bytes_total",
                 "lmcache:num_remote_write_requests_total",
                 "lmcache:num_remote_write_bytes_total",
             ):
                 # Two workers: the counts are split over label sets, as with TP > 1.
-                lines.append(f'{name}{{model_name="fake",worker_id="0",role="worker"}} {c[name] - c[name] // 2}')
-                lines.append(f'{name}{{model_name="fake",worker_id="1",role="worker"}} {c[name] // 2}')
+                value = shown.get(name, 0.0)
+                lines.append(f'{name}{{model_name="fake",worker_id="0",role="worker"}} {value - value // 2}')
+                lines.append(f'{name}{{model_name="fake",worker_id="1",role="worker"}} {value // 2}')
             lines.append('lmcache:retrieve_hit_rate{model_name="fake",worker_id="0",role="worker"} NaN')
         return "\n".join(lines) + "\n"
 

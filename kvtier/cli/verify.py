@@ -20,7 +20,7 @@ from kvtier.cli.common import add_env_options, add_json_option, load_from_args, 
 
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
-    from kvtier.ops.probe import PodAccess, ProbeReport
+    from kvtier.ops.probe import PodAccess, ProbeReport, ProbeTiming
     from kvtier.ops.verify import VerifyReport
 
 
@@ -87,12 +87,12 @@ def probe_targets(config: Config) -> list[tuple[str, str]]:
     return [(lob.name, e.name) for lob in config.lobs for e in lob.endpoints if e.cache.l2 != "none"]
 
 
-def run_probe(config: Config, access: PodAccess, *, as_json: bool) -> int:
+def run_probe(config: Config, access: PodAccess, *, as_json: bool, timing: ProbeTiming | None = None) -> int:
     import asyncio
 
-    from kvtier.ops.probe import probe_all
+    from kvtier.ops.probe import ProbeTiming, probe_all
 
-    report = asyncio.run(probe_all(config.env.name, probe_targets(config), access))
+    report = asyncio.run(probe_all(config.env.name, probe_targets(config), access, timing=timing or ProbeTiming()))
     return emit_probe(report, as_json=as_json)
 
 

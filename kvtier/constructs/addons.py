@@ -14,7 +14,7 @@ from constructs import Construct
 from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
 from kvtier.constructs.manifests import StackOutputs, addon_release
-from kvtier.constructs.nag import acknowledge, managed_policy
+from kvtier.constructs.nag import acknowledge_all, managed_policy
 from kvtier.naming import own_bucket_patterns
 
 
@@ -125,10 +125,14 @@ class ClusterAddons(Construct):
                 ctx = context or AddonContext()
                 for statement in EXTRA_STATEMENTS.get(spec.name, _no_statements)(self, ctx):
                     role.add_to_policy(statement)
-                for policy in spec.managed_policies:
-                    acknowledge(role, managed_policy(policy), f"The AWS managed policy EKS documents for {spec.name}.")
-                for finding, reason in accepted_wildcards(spec.name, ctx).items():
-                    acknowledge(role, finding, reason)
+                documented = f"The AWS managed policy EKS documents for {spec.name}."
+                acknowledge_all(
+                    role,
+                    {
+                        **{managed_policy(p): documented for p in spec.managed_policies},
+                        **accepted_wildcards(spec.name, ctx),
+                    },
+                )
                 self.roles[spec.name] = role
                 role_arn = role.role_arn
             outputs.releases.append(addon_release(spec))

@@ -15,7 +15,7 @@ from constructs import Construct
 
 from kvtier.config.environment import Environment
 from kvtier.constructs.irsa import irsa_principal
-from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, managed_policy
+from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, acknowledge_all, managed_policy
 from kvtier.versions import KUBERNETES_VERSION
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
@@ -124,8 +124,7 @@ class KvtierEks(Construct):
             "AwsSolutions-L1": "The kubectl provider runtime is chosen by aws-cdk-lib, which is pinned.",
             f"AwsSolutions-IAM5[Resource::<{handler_id}.Arn>:*]": "CDK's provider framework invokes its handler's versions.",
         }
-        for finding, reason in reasons.items():
-            acknowledge(self.cluster, finding, reason)
+        acknowledge_all(self.cluster, reasons)
 
     def service_account_principal(self, id: str, namespace: str, service_account: str) -> iam.IPrincipal:
         """Trust for one Kubernetes service account through the cluster's OIDC provider (IRSA)."""

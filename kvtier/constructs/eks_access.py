@@ -22,7 +22,7 @@ from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ExistingCluster
 from kvtier.constructs.eks import ADMIN_POLICY
 from kvtier.constructs.irsa import irsa_principal
-from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, managed_policy
+from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge_all, managed_policy
 
 
 class EksAccess(Protocol):
@@ -142,5 +142,4 @@ class ExistingEks(Construct):
             "AwsSolutions-L1": "The kubectl provider runtime is chosen by aws-cdk-lib, which is pinned.",
             f"AwsSolutions-IAM5[Resource::<{handler_id}.Arn>:*]": "CDK's provider framework invokes its handler's versions.",
         }
-        for finding, reason in reasons.items():
-            acknowledge(self, finding, reason)
+        acknowledge_all(self, reasons)

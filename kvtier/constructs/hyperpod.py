@@ -16,7 +16,7 @@ from kvtier.catalog import InstanceType
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ROLE_LABEL, InstanceGroup
 from kvtier.constructs.buckets import private_bucket
-from kvtier.constructs.nag import LAMBDA_BASIC, account, acknowledge, managed_policy
+from kvtier.constructs.nag import LAMBDA_BASIC, account, acknowledge, acknowledge_all, managed_policy
 from kvtier.naming import lifecycle_bucket_prefix
 
 LIFECYCLE_DIR = Path(__file__).resolve().parent / "lifecycle"
@@ -157,28 +157,32 @@ class HyperPodCluster(Construct):
             "AwsSolutions-S1",
             "Holds only kvtier's lifecycle scripts, written by CloudFormation and read by the node role; versioned.",
         )
-        for finding, reason in {
-            managed_policy(EXECUTION_MANAGED_POLICY): "The policy HyperPod documents for node execution roles.",
-            "AwsSolutions-IAM5[Resource::*]": "ENI and ECR token actions have no resource-level scoping; "
-            "cloudwatch:DescribeAlarms is account-wide.",
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:"
-            f"{Stack.of(self).region}:{account(self)}:network-interface/*]": "HyperPod tags the node ENIs it creates.",
-            **bucket_read,
-        }.items():
-            acknowledge(self.execution_role, finding, reason)
+        acknowledge_all(
+            self.execution_role,
+            {
+                managed_policy(EXECUTION_MANAGED_POLICY): "The policy HyperPod documents for node execution roles.",
+                "AwsSolutions-IAM5[Resource::*]": "ENI and ECR token actions have no resource-level scoping; "
+                "cloudwatch:DescribeAlarms is account-wide.",
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:"
+                f"{Stack.of(self).region}:{account(self)}:network-interface/*]": "HyperPod tags the node ENIs it creates.",
+                **bucket_read,
+            },
+        )
         # The BucketDeployment handler is a stack-level singleton created by aws-cdk-lib.
         stack = Stack.of(self)
         handler = next(c for c in stack.node.children if c.node.id.startswith("Custom::CDKBucketDeployment"))
-        for finding, reason in {
-            LAMBDA_BASIC: "aws-cdk-lib's BucketDeployment handler writes only its own logs.",
-            "AwsSolutions-L1": "The BucketDeployment runtime is chosen by aws-cdk-lib, which is pinned.",
-            "AwsSolutions-IAM5[Action::s3:DeleteObject*]": "BucketDeployment prunes old scripts in its bucket.",
-            "AwsSolutions-IAM5[Action::s3:Abort*]": "BucketDeployment uploads to its bucket.",
-            f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{account(self)}-"
-            f"{stack.region}/*]": "BucketDeployment reads its source asset from the CDK bootstrap bucket.",
-            **bucket_read,
-        }.items():
-            acknowledge(handler, finding, reason)
+        acknowledge_all(
+            handler,
+            {
+                LAMBDA_BASIC: "aws-cdk-lib's BucketDeployment handler writes only its own logs.",
+                "AwsSolutions-L1": "The BucketDeployment runtime is chosen by aws-cdk-lib, which is pinned.",
+                "AwsSolutions-IAM5[Action::s3:DeleteObject*]": "BucketDeployment prunes old scripts in its bucket.",
+                "AwsSolutions-IAM5[Action::s3:Abort*]": "BucketDeployment uploads to its bucket.",
+                f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{account(self)}-"
+                f"{stack.region}/*]": "BucketDeployment reads its source asset from the CDK bootstrap bucket.",
+                **bucket_read,
+            },
+        )
 
     def _grant_node_permissions(self, eks_cluster_arn: str) -> None:
         """Inline, least-privilege additions the reference execution role carries (aws-hyperpod.md 8, item 7)."""

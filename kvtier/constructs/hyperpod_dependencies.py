@@ -16,7 +16,7 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from kvtier.constructs.eks import ADMIN_POLICY
-from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge
+from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge_all
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "hyperpod_dependencies"
 
@@ -96,10 +96,12 @@ class HyperPodDependencies(Construct):
         )
         self.resource.node.add_dependency(self.access_entry)
         installer_id = Stack.of(self).get_logical_id(self.function.node.default_child)  # type: ignore[arg-type]
-        for finding, reason in {
-            LAMBDA_BASIC: "Lambda basic execution role: writes only its own logs.",
-            LAMBDA_VPC: "The installer runs in the VPC to reach a private-only EKS endpoint.",
-            "AwsSolutions-L1": "The provider framework's runtime is chosen by aws-cdk-lib, which is pinned.",
-            f"AwsSolutions-IAM5[Resource::<{installer_id}.Arn>:*]": "The provider framework invokes its handler's versions.",
-        }.items():
-            acknowledge(self, finding, reason)
+        acknowledge_all(
+            self,
+            {
+                LAMBDA_BASIC: "Lambda basic execution role: writes only its own logs.",
+                LAMBDA_VPC: "The installer runs in the VPC to reach a private-only EKS endpoint.",
+                "AwsSolutions-L1": "The provider framework's runtime is chosen by aws-cdk-lib, which is pinned.",
+                f"AwsSolutions-IAM5[Resource::<{installer_id}.Arn>:*]": "The provider framework invokes its handler's versions.",
+            },
+        )

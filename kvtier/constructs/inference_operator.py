@@ -20,7 +20,7 @@ from kvtier.config.environment import Environment
 from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.manifests import StackOutputs, addon_release
-from kvtier.constructs.nag import acknowledge, managed_policy
+from kvtier.constructs.nag import acknowledge, acknowledge_all, managed_policy
 from kvtier.upstream import ALB_POLICY_SOURCE, COMMERCIAL_ARN, alb_policy, alb_policy_for_partition
 
 ADDON = "amazon-sagemaker-hyperpod-inference"
@@ -123,8 +123,13 @@ class InferenceOperator(Construct):
         )
         self._grant_tls_bucket(self.execution_role)
         tls_objects = f"AwsSolutions-IAM5[Resource::<{stack.get_logical_id(self.tls_bucket.node.default_child)}.Arn>/*]"  # type: ignore[arg-type]
-        acknowledge(self.execution_role, tls_objects, "The operator names certificate objects per endpoint.")
-        acknowledge(self.execution_role, managed_policy(EXECUTION_POLICY), "The operator's documented AWS policy.")
+        acknowledge_all(
+            self.execution_role,
+            {
+                tls_objects: "The operator names certificate objects per endpoint.",
+                managed_policy(EXECUTION_POLICY): "The operator's documented AWS policy.",
+            },
+        )
 
         self.gated_role = iam.Role(
             self,
@@ -148,8 +153,7 @@ class InferenceOperator(Construct):
             f"The AWS Load Balancer Controller's upstream policy ({ALB_POLICY_SOURCE}), unchanged: it creates and tags "
             "resources whose names it does not know in advance; writes carry its elbv2.k8s.aws/cluster tag conditions."
         )
-        for resource in _wildcard_resources():
-            acknowledge(self.alb_role, f"AwsSolutions-IAM5[Resource::{resource}]", alb_reason)
+        acknowledge_all(self.alb_role, {f"AwsSolutions-IAM5[Resource::{r}]": alb_reason for r in _wildcard_resources()})
 
         self.keda_role = iam.Role(
             self,
@@ -177,8 +181,8 @@ class InferenceOperator(Construct):
             "permissions; Prometheus queries are limited to this account's AMP workspaces in this region."
         )
         account = "<AWS::AccountId>" if Token.is_unresolved(stack.account) else stack.account
-        for resource in ("*", f"arn:<AWS::Partition>:aps:{stack.region}:{account}:workspace/*"):
-            acknowledge(self.keda_role, f"AwsSolutions-IAM5[Resource::{resource}]", keda_reason)
+        keda_resources = ("*", f"arn:<AWS::Partition>:aps:{stack.region}:{account}:workspace/*")
+        acknowledge_all(self.keda_role, {f"AwsSolutions-IAM5[Resource::{r}]": keda_reason for r in keda_resources})
 
         self.configuration: dict[str, Any] = {
             "executionRoleArn": self.execution_role.role_arn,

@@ -46,9 +46,9 @@ class StackOutputs:
 
     def objects(self, chart: KvtierChart) -> list[dict[str, Any]]:
         """`chart`'s objects as applied (rendered now if it was recorded without being applied)."""
-        if chart.node.id not in self.rendered:
-            self.rendered[chart.node.id] = chart.manifests()
-        return self.rendered[chart.node.id]
+        if chart.chart_id not in self.rendered:
+            self.rendered[chart.chart_id] = chart.manifests()
+        return self.rendered[chart.chart_id]
 
 
 def apply_chart(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from aws_cdk import Acknowledgment, Stack, Token, Validations
 from constructs import IConstruct
 
@@ -10,7 +12,13 @@ PACK = "AwsSolutions"
 
 def acknowledge(scope: IConstruct, finding: str, reason: str) -> None:
     """Acknowledge one AwsSolutions finding (exact id, e.g. `AwsSolutions-IAM5[Resource::*]`) on `scope`."""
-    Validations.of(scope).acknowledge(Acknowledgment(id=f"{PACK}::{finding}", reason=reason))
+    acknowledge_all(scope, {finding: reason})
+
+
+def acknowledge_all(scope: IConstruct, reasons: Mapping[str, str]) -> None:
+    """Acknowledge several findings on `scope` ({finding id: reason}) in one call to the jsii kernel."""
+    rules = [Acknowledgment(id=f"{PACK}::{finding}", reason=reason) for finding, reason in reasons.items()]
+    Validations.of(scope).acknowledge(*rules)
 
 
 def account(scope: IConstruct) -> str:

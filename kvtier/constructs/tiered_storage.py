@@ -17,7 +17,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from kvtier.constructs.nag import LAMBDA_BASIC, acknowledge
+from kvtier.constructs.nag import LAMBDA_BASIC, acknowledge, acknowledge_all
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "tiered_storage"
 RESOURCE_TYPE = "Custom::HyperPodTieredStorage"
@@ -104,8 +104,7 @@ class TieredStorageSetting(Construct):
             reasons[f"AwsSolutions-IAM5[Resource::<{function_id}.Arn>:*]"] = (
                 "The provider framework invokes its handler's versions."
             )
-        for finding, reason in reasons.items():
-            acknowledge(self, finding, reason)
+        acknowledge_all(self, reasons)
         waiter_role = provider.node.find_child("waiter-state-machine").node.find_child("Role")
         acknowledge(
             waiter_role,

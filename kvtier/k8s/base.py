@@ -34,6 +34,7 @@ class KvtierChart(cdk8s.Chart):
 
     def __init__(self, scope: cdk8s.App, id: str, *, namespace: str | None = None) -> None:
         super().__init__(scope, id, disable_resource_name_hashes=True, labels=dict(PART_OF), namespace=namespace)
+        self.chart_id = id  # kept on the Python side: every `node.id` is a round trip to the jsii kernel
 
     def manifests(self) -> list[dict[str, Any]]:
         """The chart's objects as plain dicts (what EKS applies and dist/ holds). Cluster-scoped objects lose the
@@ -57,9 +58,9 @@ def api_object(chart: cdk8s.Chart, id: str, body: dict[str, Any]) -> cdk8s.ApiOb
         kind=body["kind"],
         metadata=cdk8s.ApiObjectMetadata(**_meta(metadata)),
     )
-    for key, value in body.items():
-        if key not in ("apiVersion", "kind", "metadata"):
-            obj.add_json_patch(cdk8s.JsonPatch.add(f"/{key}", value))
+    patches = [cdk8s.JsonPatch.add(f"/{k}", v) for k, v in body.items() if k not in ("apiVersion", "kind", "metadata")]
+    if patches:
+        obj.add_json_patch(*patches)  # one round trip to the jsii kernel for all of them
     return obj
 
 

@@ -3,7 +3,8 @@
 For each such endpoint: two ready pods on different nodes (A, B); one salted prompt of about PROMPT_WORDS words
 (at least as many tokens) to A; wait until A's LMCache reports L2 writes (its store is asynchronous); the same prompt
 to B; then B's counters say whether the prefix came from L2 (`lmcache:num_remote_read_bytes_total`,
-`vllm:external_prefix_cache_hits_total`). Read-only apart from the two requests; bounded time per endpoint.
+`vllm:external_prefix_cache_hits_total`). LMCache publishes its counters from a thread every 10 s (LMCache 0.4.3,
+docs/references.md), so both waits poll until the counters have caught up, within bounds. Read-only apart from the two requests; bounded time per endpoint.
 The pods are reached through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP
 side is `kvtier bench`'s client.
 """
@@ -27,15 +28,27 @@ from kvtier.bench.records import Request, request_body
 from kvtier.errors import ExitCode
 
 PROMPT_WORDS = 2000  # words: every tokenizer makes at least one token of each, so >= 2,000 tokens
-STORE_WAIT_S = 30.0  # LMCache's asynchronous store: how long A may take to write its chunks to L2
+LMCACHE_STATS_INTERVAL_S = 10.0  # LMCache 0.4.3 publishes its Prometheus counters every 10 s (docs/references.md)
+STORE_WAIT_S = 30.0  # LMCache's asynchronous store plus one publication: how long A may take to show its L2 writes
+SETTLE_S = 2 * LMCACHE_STATS_INTERVAL_S + 5  # how long B's LMCache counters may take to show its lookup and L2 reads
 REQUEST_TIMEOUT_S = 120.0
 ENDPOINT_BUDGET_S = 300.0  # everything for one endpoint, pod lookup to the last scrape
 POLL_S = 0.5
 WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
 READ_BYTES = "lmcache:num_remote_read_bytes_total"
 LMCACHE_HITS = "lmcache:num_hit_tokens_total"
-LMCACHE_REQUESTED = "lmcache:num_requested_tokens_total"
+LMCACHE_REQUESTED = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)
+LOOKUP_TOKENS = "lmcache:num_lookup_tokens_total"  # counted on every lookup, a miss included
+LOOKUP_HITS = "lmcache:num_lookup_hits_total"
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+
+
+@dataclass(frozen=True)
+class ProbeTiming:
+    """The probe's bounded waits (tests shorten them; the defaults follow LMCache's publication interval)."""
+
+    store_wait_s: float = STORE_WAIT_S
+    settle_s: float = SETTLE_S
 
 
 @dataclass(frozen=True)
@@ -141,7 +154,25 @@ async def _wait_for_store(client: httpx.AsyncClient, url: str, before: list[Samp
     return written
 
 
-def _miss_cause(a_written: float, b_requested: float | None, lmcache_seen: bool) -> str:
+async def _wait_for_lookup(client: httpx.AsyncClient, url: str, before: list[Sample], wait_s: float) -> list[Sample]:
+    """B's counters once LMCache has published the request: as soon as they show L2 reads (a hit) or a lookup that
+    found nothing (a miss); else (a worker process that publishes its reads later than the scheduler its lookup)
+    whatever shows by the end of `wait_s`. Without any LMCache series there is nothing to wait for."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        now = await _counters(client, url)
+        looked_up = _delta(before, now, LOOKUP_TOKENS) or 0
+        if (
+            total(now, LOOKUP_TOKENS) is None
+            or (_delta(before, now, READ_BYTES) or 0) > 0
+            or (looked_up > 0 and not _delta(before, now, LOOKUP_HITS))
+            or time.monotonic() >= deadline
+        ):
+            return now
+        await asyncio.sleep(POLL_S)
+
+
+def _miss_cause(a_written: float, b_looked_up: float | None, lmcache_seen: bool) -> str:
     if not lmcache_seen:
         return (
             "no lmcache:* series on the pods: LMCache is not loaded or PROMETHEUS_MULTIPROC_DIR is unset; "
@@ -152,7 +183,7 @@ def _miss_cause(a_written: float, b_requested: float | None, lmcache_seen: bool)
             "pod A wrote nothing to L2: LMCACHE_REMOTE_URL is missing or wrong, the L2 mount is absent, or the prompt "
             "is shorter than one LMCache chunk (chunk alignment); run `kvtier verify`"
         )
-    if not b_requested:
+    if not b_looked_up:
         return "pod B did not ask LMCache for the prompt: its kv-transfer config is off (run `kvtier verify`)"
     return (
         "pod B asked LMCache but read nothing from L2 although A wrote: the pods hash differently (PYTHONHASHSEED, "
@@ -161,7 +192,7 @@ def _miss_cause(a_written: float, b_requested: float | None, lmcache_seen: bool)
 
 
 async def probe_pair(
-    lob: str, endpoint: str, url_a: str, url_b: str, *, salt: str | None = None, store_wait_s: float = STORE_WAIT_S
+    lob: str, endpoint: str, url_a: str, url_b: str, *, salt: str | None = None, timing: ProbeTiming = ProbeTiming()
 ) -> ProbeResult:
     """The probe between two reachable pods (base URLs)."""
     start = time.monotonic()
@@ -176,18 +207,21 @@ async def probe_pair(
         prompt = probe_prompt(salt or new_salt())
         before_a, before_b = await _counters(client, url_a), await _counters(client, url_b)
         await _complete(client, url_a, listed.models[0], prompt, "probe-a")
-        written = await _wait_for_store(client, url_a, before_a, store_wait_s)
+        written = await _wait_for_store(client, url_a, before_a, timing.store_wait_s)
         await _complete(client, url_b, listed.models[0], prompt, "probe-b")
-        after_b = await _counters(client, url_b)
+        after_b = await _wait_for_lookup(client, url_b, before_b, timing.settle_s)
     read = _delta(before_b, after_b, READ_BYTES)
     external = _delta(before_b, after_b, EXTERNAL_HITS)
     lmcache_hits = _delta(before_b, after_b, LMCACHE_HITS)
     requested = _delta(before_b, after_b, LMCACHE_REQUESTED)
+    looked_up = _delta(before_b, after_b, LOOKUP_TOKENS)
     result.counters = {
         READ_BYTES: read,
         EXTERNAL_HITS: external,
         LMCACHE_HITS: lmcache_hits,
         LMCACHE_REQUESTED: requested,
+        LOOKUP_TOKENS: looked_up,
+        LOOKUP_HITS: _delta(before_b, after_b, LOOKUP_HITS),
     }
     result.a_write_bytes = int(written)
     result.l2_read_bytes = int(read or 0)
@@ -197,12 +231,12 @@ async def probe_pair(
         result.outcome = "hit"
         result.message = f"pod B took {result.hit_tokens} prompt tokens from L2 ({result.l2_read_bytes} bytes read)"
     else:
-        result.message = _miss_cause(written, requested, total(after_b, LMCACHE_REQUESTED) is not None)
+        result.message = _miss_cause(written, looked_up, total(after_b, LOOKUP_TOKENS) is not None)
     return result
 
 
 async def probe_endpoint(
-    access: PodAccess, lob: str, endpoint: str, *, store_wait_s: float = STORE_WAIT_S
+    access: PodAccess, lob: str, endpoint: str, *, timing: ProbeTiming = ProbeTiming()
 ) -> ProbeResult:
     try:
         pods = access.pods(lob, endpoint)
@@ -222,7 +256,7 @@ async def probe_endpoint(
     try:
         async with asyncio.timeout(ENDPOINT_BUDGET_S):
             async with access.connect(lob, a) as url_a, access.connect(lob, b) as url_b:
-                result = await probe_pair(lob, endpoint, url_a, url_b, store_wait_s=store_wait_s)
+                result = await probe_pair(lob, endpoint, url_a, url_b, timing=timing)
     except UnreachableError as err:
         return ProbeResult(lob, endpoint, "unreachable", str(err), a.name, b.name)
     except TimeoutError:
@@ -234,8 +268,12 @@ async def probe_endpoint(
 
 
 async def probe_all(
-    environment: str, targets: Sequence[tuple[str, str]], access: PodAccess, *, store_wait_s: float = STORE_WAIT_S
+    environment: str,
+    targets: Sequence[tuple[str, str]],
+    access: PodAccess,
+    *,
+    timing: ProbeTiming = ProbeTiming(),
 ) -> ProbeReport:
     """Probe every (lob, endpoint) in turn (one at a time: the requests must not overlap on a pod)."""
-    results = [await probe_endpoint(access, lob, ep, store_wait_s=store_wait_s) for lob, ep in targets]
+    results = [await probe_endpoint(access, lob, ep, timing=timing) for lob, ep in targets]
     return ProbeReport(environment, tuple(results))

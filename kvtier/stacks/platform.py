@@ -40,7 +40,7 @@ class PlatformStack(KvtierStack):
         kvtier.k8s.curvine.master_addresses)."""
         applied: list[eks.KubernetesManifest] = []
         for chart in curvine_charts(chart_app(), self.config_env):
-            manifest = apply_chart(self, f"Curvine-{chart.node.id}", self.cluster, chart, self.outputs)
+            manifest = apply_chart(self, f"Curvine-{chart.chart_id}", self.cluster, chart, self.outputs)
             if applied:
                 manifest.node.add_dependency(applied[-1])
             applied.append(manifest)

@@ -13,6 +13,8 @@ import dataclasses
 from pathlib import PurePath
 from typing import Any
 
+from kvtier.errors import ExitCode
+from kvtier.ops.probe import PROMPT_WORDS
 from tests.engine.scenario import Observed, Reading
 
 
@@ -94,6 +96,31 @@ def bench(observed: Observed) -> None:
     read = [c for c in result.get("cache", []) if c.get("url") == result["settings"].get("read_url")]
     hits = sum((c["tiers"].get("external_l1_l2") or {}).get("hit_tokens") or 0 for c in read)
     assert hits > 0, f"the bench saw no external hits on the read URL: {read}"
+
+
+def probe_hit(observed: Observed) -> None:
+    """`kvtier verify --probe` over A and B: exit 0, A wrote to L2, and B took at least every full chunk of the
+    2,000-word probe prompt from it (a word is at least one token), by vLLM's counter and LMCache's read bytes."""
+    report = observed.probe.get("replicas")
+    assert report, "the probe did not run over A and B"
+    (result,) = report["results"]
+    assert report["exit_code"] == ExitCode.OK and result["outcome"] == "hit", report
+    chunk = observed.chunk_size
+    assert result["a_write_bytes"] > 0 and result["l2_read_bytes"] > 0, result
+    assert result["hit_tokens"] >= PROMPT_WORDS // chunk * chunk and result["hit_tokens"] % chunk == 0, (
+        f"expected whole chunks covering at least {PROMPT_WORDS // chunk * chunk} tokens: {result}"
+    )
+
+
+def probe_miss_explained(observed: Observed) -> None:
+    """The probe over A and C (another hash seed): exit 1, A wrote, C read nothing, and the message names the
+    hashing (the seed) as the likely cause."""
+    report = observed.probe.get("other_seed")
+    assert report, "the probe did not run over A and C"
+    (result,) = report["results"]
+    assert report["exit_code"] == ExitCode.PROBLEMS and result["outcome"] == "miss", report
+    assert result["a_write_bytes"] > 0 and result["hit_tokens"] == 0 and result["l2_read_bytes"] == 0, result
+    assert "PYTHONHASHSEED" in result["message"], f"the miss does not name the hash seed: {result['message']}"
 
 
 def as_json(observed: Observed) -> dict[str, Any]:

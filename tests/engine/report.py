@@ -70,10 +70,28 @@ def markdown(observed: Observed) -> str:
             for k, v in cache.get("tiers", {}).items()
         )
         lines.append(f"\nHits the bench scraped on {names.get(cache.get('url'), cache.get('url'))}: {tiers or 'none'}.")
+    probes = {"replicas": "A -> B (replicas)", "other_seed": "A -> C (other PYTHONHASHSEED)"}
+    if observed.probe:
+        lines += [
+            "",
+            "`kvtier verify --probe`'s probe (2,000 salted words to the first pod, the same to the second):",
+            "",
+            "| pods | exit | outcome | A wrote (bytes) | B read from L2 (bytes) | hit tokens | seconds |",
+            "|---|---:|---|---:|---:|---:|---:|",
+        ]
+    for key, label in probes.items():
+        report = observed.probe.get(key)
+        if report:
+            (r,) = report["results"]
+            lines.append(
+                f"| {label} | {report['exit_code']} | {r['outcome']} | {r['a_write_bytes']:,} | "
+                f"{r['l2_read_bytes']:,} | {r['hit_tokens']:,} | {r['seconds']:.1f} |"
+            )
     lines += [
         "",
         f"Timings: model build {t.get('model_build', 0):.0f} s; three engines started together in "
         f"{t.get('phase1_start', 0):.0f} s, two more in {t.get('phase2_start', 0):.0f} s; bench {t.get('bench', 0):.0f} s; "
+        f"probes {t.get('probe', 0):.0f} s; "
         f"whole scenario {t.get('scenario', 0):.0f} s (load average {os.getloadavg()[0]:.0f} on this machine at the end).",
     ]
     return "\n".join(lines)

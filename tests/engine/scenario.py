@@ -2,7 +2,8 @@
 
 Phase 1 (three engines): A and B are two replicas of the example's standalone endpoint, C is A's rendering started
 with another PYTHONHASHSEED. A gets a ~1,000-token prompt (cold, it stores to L2), then B and C get the same tokens.
-`kvtier bench sweep` then runs A -> B. Phase 2 (A and two new engines): E is an operator pod of the same endpoint
+`kvtier bench sweep` then runs A -> B, and `kvtier verify --probe`'s probe runs over A and B (a hit) and over A and C
+(a miss it must explain). Phase 2 (A and two new engines): E is an operator pod of the same endpoint
 as the LOB's Kyverno Policy rewires it, D the endpoint with a differing model identity; both get the same prompt.
 Last, the janitor's one-shot mode runs over the real L2 directory.
 
@@ -12,6 +13,7 @@ settings are taken, to show that the checks notice (docs/development.md); it is 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
@@ -19,8 +21,8 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from kvtier import serving
 from kvtier.bench.prompts import VOCAB
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
+from kvtier.ops.probe import Pod, ProbeTiming, probe_all
 from kvtier.rules import load_checked
 from tests.engine import render
 from tests.engine.engines import Engine, EngineError, Engines, free_port
@@ -74,6 +77,7 @@ class Observed:
     janitor: list[dict[str, Any]] = field(default_factory=list)
     janitor_expect: dict[str, list[str]] = field(default_factory=dict)
     bench: dict[str, Any] = field(default_factory=dict)
+    probe: dict[str, dict[str, Any]] = field(default_factory=dict)  # "replicas" (A, B), "other_seed" (A, C)
     timings_s: dict[str, float] = field(default_factory=dict)
     machine_fit: tuple[str, ...] = render.MACHINE_FIT
 
@@ -235,6 +239,29 @@ def run_bench(a: Engine, b: Engine, out: Path) -> dict[str, Any]:
     return result
 
 
+class EnginePods:
+    """`kvtier verify --probe`'s pod access over local engines: each engine is one ready pod on a node of its own,
+    reached at its URL (what the port-forward gives on a cluster)."""
+
+    def __init__(self, engines: dict[str, Engine]) -> None:
+        self.engines = engines  # pod name -> engine
+
+    def pods(self, lob: str, endpoint: str) -> list[Pod]:  # noqa: ARG002 (PodAccess's signature; one endpoint)
+        return [Pod(name, f"node-{name}", True) for name in self.engines]
+
+    @asynccontextmanager
+    async def connect(self, lob: str, pod: Pod) -> AsyncIterator[str]:  # noqa: ARG002 (PodAccess's signature)
+        yield self.engines[pod.name].url
+
+
+def run_probe(engines: dict[str, Engine]) -> dict[str, Any]:
+    """The probe of `kvtier verify --probe` for the example endpoint over two engines (the first name writes)."""
+    access = EnginePods(engines)
+    timing = ProbeTiming(store_wait_s=STORE_TIMEOUT_S)  # the CLI's settle time: LMCache's own publication interval
+    report = asyncio.run(probe_all(ENV_NAME, [(LOB, ENDPOINT)], access, timing=timing))
+    return report.to_json() | {"exit_code": int(report.exit_code)}
+
+
 def run_janitor(root: Path, *args: str) -> dict[str, Any]:
     done = subprocess.run(
         [sys.executable, str(JANITOR), str(root), "--once", *args],
@@ -331,6 +358,9 @@ def scenario(python: str, workdir: Path, break_what: str | None, *, replicas_onl
         started = time.monotonic()
         observed.bench = run_bench(a, b, workdir / "bench")
         observed.timings_s["bench"] = time.monotonic() - started
+        started = time.monotonic()
+        observed.probe = {"replicas": run_probe({"A": a, "B": b}), "other_seed": run_probe({"A": a, "C": c})}
+        observed.timings_s["probe"] = time.monotonic() - started
         group.stop(b)
         group.stop(c)
         started = time.monotonic()

@@ -58,6 +58,14 @@ def test_other_model_identity_misses(observed: Observed) -> None:
     checks.other_identity(observed)
 
 
+def test_verify_probe_proves_the_cross_replica_hit(observed: Observed) -> None:
+    checks.probe_hit(observed)
+
+
+def test_verify_probe_explains_the_other_seed_miss(observed: Observed) -> None:
+    checks.probe_miss_explained(observed)
+
+
 def test_janitor_over_the_real_directory(observed: Observed) -> None:
     checks.janitor(observed)
 
