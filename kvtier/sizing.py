@@ -72,6 +72,7 @@ JANITOR_RESOURCES: Resources = {
     "limits": {"cpu": "100m", "memory": "256Mi"},
 }
 JANITOR_INTERVAL_SECONDS = 30  # issue 11: every 30-60 s; the overshoot bound in docs/l2.md scales with it
+JANITOR_TARGET_FRACTION = 0.9  # an over-budget pass deletes down to this share of the budget (chart and simulator)
 
 # The EKS AMI's kubelet reservation (awslabs/amazon-eks-ami nodeadm/internal/kubelet/config.go): kube-reserved CPU is
 # 6% of the first core, 1% of the second, 0.5% of the third and fourth, 0.25% of the rest; kube-reserved memory is

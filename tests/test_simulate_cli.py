@@ -14,7 +14,8 @@ from kvtier.cli import main
 from kvtier.config.loader import Config
 from kvtier.planner.model import TierModel
 from kvtier.simulate import STRATEGIES, SimConfig
-from kvtier.simulate.engine import JANITOR_EVERY_S, JANITOR_TARGET_FRACTION
+from kvtier.simulate.engine import JANITOR_EVERY_S
+from kvtier.sizing import JANITOR_TARGET_FRACTION
 from tests.support import CONFIG_DIR, ROOT
 
 KV = 147_456  # bytes per token of Qwen3-8B in bf16 (36 layers x 8 KV heads x 128 x 2 x 2)
@@ -215,11 +216,11 @@ def test_a_size_beyond_any_deployment_is_refused_by_the_planner(
 
 
 def test_the_simulated_janitor_is_the_deployed_one() -> None:
-    from kvtier.k8s.curvine.janitor import TARGET_FRACTION, janitor_args
+    from kvtier.k8s.curvine.janitor import janitor_args
     from kvtier.rules import load_checked
 
     args = janitor_args(load_checked(CONFIG_DIR, "dev").env, "retail", 200, 24, ["qwen3-8b"])
-    interval = next(float(a.split("=", 1)[1]) for a in args if a.startswith("--interval-seconds="))
-    assert interval == JANITOR_EVERY_S
-    assert TARGET_FRACTION == JANITOR_TARGET_FRACTION
+    values = dict(a.split("=", 1) for a in args if a.startswith("--") and "=" in a)
+    assert float(values["--interval-seconds"]) == JANITOR_EVERY_S
+    assert float(values["--target-fraction"]) == JANITOR_TARGET_FRACTION == SimConfig().l2_target_fraction
     assert SimConfig().janitor_every_s == JANITOR_EVERY_S

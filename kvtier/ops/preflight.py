@@ -17,8 +17,8 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 from botocore.exceptions import (
     BotoCoreError,
@@ -33,8 +33,8 @@ from botocore.exceptions import (
 from kvtier.addons import ADDONS, AddonSpec
 from kvtier.config.environment import Environment
 from kvtier.errors import ExitCode, UnavailableError
+from kvtier.ops.checks import Check, all_ok, as_json, verdict_exit_code
 
-Verdict = Literal["ok", "problem", "unknown"]
 BOOTSTRAP_STACK = "CDKToolkit"  # `cdk bootstrap`'s default stack name (qualifier hnb659fds)
 # The synthesized templates' CheckBootstrapVersion rule refuses versions 1-5 (aws-cdk-lib DefaultStackSynthesizer).
 MIN_BOOTSTRAP_VERSION = 6
@@ -59,15 +59,6 @@ _CREDENTIAL_CODES = frozenset(
 
 
 @dataclass(frozen=True)
-class Check:
-    area: str  # bootstrap | account | quota | zone | add-on | cluster
-    name: str
-    value: str
-    verdict: Verdict
-    detail: str = ""
-
-
-@dataclass(frozen=True)
 class Quota:
     name: str
     code: str
@@ -82,18 +73,18 @@ class PreflightReport:
 
     @property
     def ready(self) -> bool:
-        return all(c.verdict == "ok" for c in self.checks)
+        return all_ok(self.checks)
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.OK if self.ready else ExitCode.PROBLEMS
+        return verdict_exit_code(self.checks)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "environment": self.environment,
             "region": self.region,
             "ready": self.ready,
-            "checks": [asdict(c) for c in self.checks],
+            "checks": as_json(self.checks),
         }
 
 

@@ -9,8 +9,8 @@ reads and maps failures to reach AWS onto UnavailableError (exit 3, "cannot chec
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from botocore.exceptions import (
@@ -27,13 +27,13 @@ from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import Role
 from kvtier.errors import ExitCode, UnavailableError
 from kvtier.naming import ENV_TAG, stack_name
+from kvtier.ops.checks import Check, all_ok, as_json, verdict_exit_code
 from kvtier.versions import KUBERNETES_VERSION
 
 if TYPE_CHECKING:
     from mypy_boto3_eks import EKSClient
     from mypy_boto3_sagemaker import SageMakerClient
 
-Verdict = Literal["ok", "degraded", "unknown"]
 # Codes AWS returns when the credentials themselves are refused: nothing can be checked.
 _CREDENTIAL_CODES = frozenset(
     {
@@ -48,15 +48,6 @@ _CREDENTIAL_CODES = frozenset(
     }
 )
 _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
-
-
-@dataclass(frozen=True)
-class Check:
-    area: str  # cluster | instance group | tiered storage | node recovery | eks | add-on
-    name: str
-    value: str
-    verdict: Verdict
-    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -80,11 +71,11 @@ class StatusReport:
 
     @property
     def healthy(self) -> bool:
-        return all(c.verdict == "ok" for c in self.checks)
+        return all_ok(self.checks)
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.OK if self.healthy else ExitCode.PROBLEMS
+        return verdict_exit_code(self.checks)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -92,7 +83,7 @@ class StatusReport:
             "hyperpod_cluster": self.hyperpod_cluster,
             "eks_cluster": self.eks_cluster,
             "healthy": self.healthy,
-            "checks": [asdict(c) for c in self.checks],
+            "checks": as_json(self.checks),
         }
 
 

@@ -33,14 +33,13 @@ from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
 from kvtier.simulate.trace import UnitTrace, to_units
-from kvtier.sizing import JANITOR_INTERVAL_SECONDS
+from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_TARGET_FRACTION
 from kvtier.trace import Trace
 
 PROGRESS_EVERY = 256  # requests between progress callbacks
 # The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): a pass every JANITOR_INTERVAL_SECONDS, and once over
-# budget it deletes down to TARGET_FRACTION of it. Mirrored here (that module pulls in cdk8s); a test keeps them equal.
+# budget it deletes down to JANITOR_TARGET_FRACTION of it (both from kvtier.sizing, which the chart reads too).
 JANITOR_EVERY_S = float(JANITOR_INTERVAL_SECONDS)
-JANITOR_TARGET_FRACTION = 0.9
 
 
 @dataclass(frozen=True)

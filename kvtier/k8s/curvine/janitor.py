@@ -18,11 +18,10 @@ from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest
 from kvtier.k8s.curvine.scripts import JANITOR, script_text
 from kvtier.placement import placement
 from kvtier.serving import L2_MOUNT_PATH
-from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_RESOURCES
+from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_RESOURCES, JANITOR_TARGET_FRACTION
 
 TMP_MAX_AGE_MINUTES = 60  # LMCache renames `<file>.tmp` as soon as the write ends: an hour-old one was interrupted
 UNUSED_GRACE_MINUTES = 60  # a directory no endpoint names goes only after this (a new endpoint may precede its config)
-TARGET_FRACTION = 0.9
 METRICS_PORT = 9400  # /metrics and /healthz (the observability rules read the names in the script)
 SCRIPT_DIR = "/opt/kvtier/janitor"
 COMPONENT = "l2-janitor"  # value of kvtier.io/component
@@ -39,7 +38,7 @@ def janitor_args(
         f"--budget-gb={budget_gb:g}",
         f"--max-age-hours={max_age_hours:g}",
         f"--tmp-max-age-minutes={TMP_MAX_AGE_MINUTES}",
-        f"--target-fraction={TARGET_FRACTION:g}",
+        f"--target-fraction={JANITOR_TARGET_FRACTION:g}",
         "--delete-unused",
         f"--unused-grace-minutes={UNUSED_GRACE_MINUTES}",
         *(f"--in-use={directory}" for directory in sorted(set(in_use))),

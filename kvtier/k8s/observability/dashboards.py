@@ -41,6 +41,24 @@ def _ratio(record: str, legend: str, selector: str) -> Query:
     return Query(f"{record}{{{selector}}}", legend)
 
 
+def _tier_hits(title: str, scope: str, selector: str, legend: str) -> PanelSpec:
+    """Hit rate of L0, L1 and L2 from the `scope` (lob or lob_endpoint) recording rules; `legend` prefixes the tier."""
+    return PanelSpec(
+        title,
+        "percentunit",
+        tuple(_ratio(f"{scope}:kvtier_{t}_hit:ratio5m", f"{legend}{t.upper()}", selector) for t in ("l0", "l1", "l2")),
+    )
+
+
+def _ttft(title: str, selector: str, legend: str) -> PanelSpec:
+    """TTFT p50 and p90 per endpoint; `legend` prefixes the quantile."""
+    return PanelSpec(
+        title,
+        "s",
+        tuple(Query(f"lob_endpoint:vllm_ttft_seconds:{q}_5m{{{selector}}}", f"{legend}{q}") for q in ("p50", "p90")),
+    )
+
+
 def overview_panels() -> list[PanelSpec]:
     lob = 'lob=~"$lob"'
     return [
@@ -49,19 +67,8 @@ def overview_panels() -> list[PanelSpec]:
             "percentunit",
             (Query(f"lob:kvtier_cached_prompt_tokens:ratio5m{{{lob}}}", "{{lob}}"),),
         ),
-        PanelSpec(
-            "Hit rate per tier (token share of prompts)",
-            "percentunit",
-            tuple(_ratio(f"lob:kvtier_{t}_hit:ratio5m", f"{{{{lob}}}} {t.upper()}", lob) for t in ("l0", "l1", "l2")),
-        ),
-        PanelSpec(
-            "TTFT p50 / p90 by endpoint",
-            "s",
-            (
-                Query(f"lob_endpoint:vllm_ttft_seconds:p50_5m{{{lob}}}", "{{lob}}/{{kvtier_endpoint}} p50"),
-                Query(f"lob_endpoint:vllm_ttft_seconds:p90_5m{{{lob}}}", "{{lob}}/{{kvtier_endpoint}} p90"),
-            ),
-        ),
+        _tier_hits("Hit rate per tier (token share of prompts)", "lob", lob, "{{lob}} "),
+        _ttft("TTFT p50 / p90 by endpoint", lob, "{{lob}}/{{kvtier_endpoint}} "),
         PanelSpec(
             "L2 used vs budget, by LOB",
             "bytes",
@@ -98,11 +105,7 @@ def overview_panels() -> list[PanelSpec]:
 def endpoint_panels() -> list[PanelSpec]:
     sel = 'lob="$lob", kvtier_endpoint="$endpoint"'
     return [
-        PanelSpec(
-            "Hit rate per tier",
-            "percentunit",
-            tuple(_ratio(f"lob_endpoint:kvtier_{t}_hit:ratio5m", t.upper(), sel) for t in ("l0", "l1", "l2")),
-        ),
+        _tier_hits("Hit rate per tier", "lob_endpoint", sel, ""),
         PanelSpec(
             "Prompt tokens/s by source",
             "short",
@@ -113,26 +116,16 @@ def endpoint_panels() -> list[PanelSpec]:
                 Query(f"lob_endpoint:kvtier_l2_hit_tokens:rate5m{{{sel}}}", "L2 Curvine"),
             ),
         ),
-        PanelSpec(
-            "TTFT p50 / p90",
-            "s",
-            (
-                Query(f"lob_endpoint:vllm_ttft_seconds:p50_5m{{{sel}}}", "p50"),
-                Query(f"lob_endpoint:vllm_ttft_seconds:p90_5m{{{sel}}}", "p90"),
-            ),
-        ),
+        _ttft("TTFT p50 / p90", sel, ""),
         PanelSpec(
             "LMCache retrieve / store latency p90",
             "s",
-            (
+            tuple(
                 Query(
-                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_retrieve_bucket{{{sel}}}[5m])))",
-                    "retrieve p90",
-                ),
-                Query(
-                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_store_bucket{{{sel}}}[5m])))",
-                    "store p90",
-                ),
+                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_{op}_bucket{{{sel}}}[5m])))",
+                    f"{op} p90",
+                )
+                for op in ("retrieve", "store")
             ),
         ),
         PanelSpec(
