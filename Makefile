@@ -31,7 +31,7 @@ help:
 	@echo "make lint         ruff check, ruff format --check, mypy --strict"
 	@echo "make pytest       the test suite"
 	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
-	@echo "make bench-setup  time a fresh install of the pinned packages, write docs/benchmarks.md"
+	@echo "make bench-setup  time a fresh `make setup` in a fresh clone, step by step, write docs/benchmarks.md"
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
@@ -44,19 +44,28 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml scripts
 	scripts/install-venv.sh $(VENV) requirements-dev.txt lmcache==$(LMCACHE_VERSION)
 	touch $@
 
-$(CHECKOV_VENV)/.installed: requirements-checkov.txt
+# With the main venv's uv where it runs (9 s here; pip takes about a minute), else pip; the same pins either way.
+$(CHECKOV_VENV)/.installed: requirements-checkov.txt $(VENV)/.installed
 	test -x $(CHECKOV_VENV)/bin/python || python3 -m venv $(CHECKOV_VENV)
-	$(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt
+	if [ "$${KVTIER_INSTALLER:-uv}" = uv ] && [ -x $(VENV)/bin/uv ] && UV_NO_PROGRESS=1 $(VENV)/bin/uv pip install \
+	    --python $(CHECKOV_VENV)/bin/python --compile-bytecode --quiet -r requirements-checkov.txt; then :; \
+	else $(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt; fi
 	touch $@
 
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# kvtier's own .pyc files: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every synth would
-# compile the package from source (docs/benchmarks.md). compileall rewrites only what changed.
-setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed
-	@$(PY) -m compileall -q kvtier
+# The -O bytecode of what a synth imports (cdk.json runs `python -O app.py`; scripts/compile-optimized.py says why),
+# once per install; it starts jsii, so it needs node_modules.
+$(VENV)/.optimized: $(VENV)/.installed node_modules/.installed scripts/compile-optimized.py
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -O scripts/compile-optimized.py
+	touch $@
+
+# kvtier's own .pyc files, plain and -O: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every
+# synth would compile the package from source (docs/benchmarks.md). compileall rewrites only what changed.
+setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(VENV)/.optimized
+	@$(PY) -m compileall -q -o 0 -o 1 kvtier
 
 # promtool (Debian's `prometheus` package) checks and unit-tests the alert and recording rules; installed only where
 # it is missing (tests skip without it outside CI and fail without it under CI).

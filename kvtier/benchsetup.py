@@ -1,6 +1,9 @@
-"""`make bench-setup`: time a fresh set-up (a new venv with every pinned package, as `make setup` installs it) and
-write it to docs/benchmarks.md. uv's cache (under the user's cache folder) is what a machine keeps between clones;
-the first run on a new machine also downloads, so run it twice to see both."""
+"""`make bench-setup`: time a fresh `make setup` in a fresh clone of this repository, step by step (the same make
+targets, in the order `make setup` runs them), and write it to docs/benchmarks.md.
+
+What a machine keeps between clones is used as it is: uv's and npm's caches under the user's home (the first run on
+a new machine also downloads, so run it twice to see both). `--installer pip` times pip's fallback instead of uv.
+"""
 
 from __future__ import annotations
 
@@ -16,45 +19,55 @@ from pathlib import Path
 from kvtier.benchdoc import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
-LMCACHE = "lmcache==0.4.3"  # the Makefile's LMCACHE_VERSION
+# The prerequisites of `make setup`, in its order, then `setup` itself (the -O bytecode and kvtier's own .pyc).
+STEPS = (
+    (".venv/.installed", "main venv: requirements-dev.txt, LMCache's parser, kvtier (editable)"),
+    ("node_modules/.installed", "npm ci: aws-cdk CLI and Node"),
+    (".venv-checkov/.installed", "checkov's venv: requirements-checkov.txt"),
+    (".venv/.optimized", "-O bytecode of what a synth loads (scripts/compile-optimized.py)"),
+    ("setup", "kvtier's own .pyc"),
+)
 
 
-def _fresh_install(installer: str) -> float:
+def _make(clone: Path, target: str, installer: str) -> float:
+    start = time.perf_counter()
+    env = {**os.environ, "KVTIER_INSTALLER": installer}
+    done = subprocess.run(
+        ["make", "-s", target], cwd=clone, env=env, capture_output=True, text=True, timeout=3600, check=False
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"bench-setup: make {target} failed: {(done.stderr or done.stdout).strip()[-800:]}")
+    return time.perf_counter() - start
+
+
+def fresh_setup(installer: str) -> list[tuple[str, str, float]]:
+    """(target, what, seconds) for each step of `make setup` in a fresh clone of HEAD."""
     with tempfile.TemporaryDirectory() as work:
-        venv = Path(work) / "venv"
-        start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        done = subprocess.run(
-            ["scripts/install-venv.sh", str(venv), "requirements-dev.txt", LMCACHE],
-            cwd=ROOT,
-            env={**os.environ, "KVTIER_INSTALLER": installer},
-            capture_output=True,
-            text=True,
-            timeout=3600,
-            check=False,
-        )
-        if done.returncode != 0:
-            raise SystemExit(f"bench-setup: the {installer} install failed: {done.stderr.strip()[-500:]}")
-        return time.perf_counter() - start
+        clone = Path(work) / "kvtier"
+        subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
+        return [(target, what, _make(clone, target, installer)) for target, what in STEPS]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--installers", nargs="+", default=["uv"], choices=["uv", "pip"])
+    parser.add_argument("--installer", default="uv", choices=["uv", "pip"])
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
-    rows = [f"| {name} | {_fresh_install(name):.0f} |" for name in args.installers]
+    steps = fresh_setup(args.installer)
+    installs = sum(s for target, _, s in steps if target != "setup" and target != ".venv/.optimized")
     body = "\n".join(
         [
             "## Set-up time (`make bench-setup`)",
             "",
-            "A fresh venv with every pin of requirements-dev.txt, LMCache's parser and kvtier (editable), on",
-            f"{platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}, the installer's",
-            "cache as this machine had it. `make setup` adds `npm ci` (about 1 min without npm's cache).",
+            f"A fresh `make setup` in a fresh clone (installer: {args.installer}), step by step, on",
+            f"{platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}, with uv's and npm's",
+            "caches as this machine had them.",
             "",
-            "| installer | seconds |",
-            "|---|---|",
-            *rows,
+            "| step (make target) | what | seconds |",
+            "|---|---|---|",
+            *[f"| `{target}` | {what} | {seconds:.0f} |" for target, what, seconds in steps],
+            f"| | installs (the first three) | **{installs:.0f}** |",
+            f"| | whole `make setup` | **{sum(s for _, _, s in steps):.0f}** |",
         ]
     )
     write_section(args.output, "setup", body)

@@ -1,10 +1,11 @@
 """`make bench-synth`: time `python app.py` for dev, prod and a generated 20-LOB environment against a minimal
 one-stack CDK app, interleaved in one run, and write the ratios and the cost per LOB to docs/benchmarks.md.
 
-Two minimal apps, one S3 bucket each: `minimal` as a CDK user writes it (`cdk.App()`, aws-cdk-lib's defaults, so its
-built-in CloudFormation validation runs), the yardstick issue 18 measured against; and `minimal-novalidation`, with
-the App settings kvtier's app uses (that validation off), so the second ratio says what kvtier's own constructs and
-charts cost. Every run is a fresh process with the same Python and Node, so jsii start-up is in all of them. Wall
+kvtier runs as `cdk synth` runs it: the app command in cdk.json (`python -O app.py`). Two minimal apps, one S3 bucket
+each: `minimal` as a CDK user writes it (`python3 app.py`, `cdk.App()` with aws-cdk-lib's defaults, so its built-in
+CloudFormation validation runs), the yardstick issue 18 measured against; and `minimal-novalidation`, run the way
+kvtier runs (`-O`, that validation off), so the second ratio says what kvtier's own constructs and charts cost.
+Every run is a fresh process with the same Python and Node, so jsii start-up is in all of them. Wall
 time is what a user waits; CPU time (the process and its Node child) is steadier on a busy machine. The 20-LOB
 environment is dev with 20 copies of its LOB, so (20 LOBs - dev) / 19 is the cost of one more LOB.
 """
@@ -12,6 +13,7 @@ environment is dev with 20 copies of its LOB, so (20 LOBs - dev) / 19 is the cos
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -39,6 +41,8 @@ app.synth()
 """
 BASELINE, KVTIER_SETTINGS = "minimal", "minimal-novalidation"
 GOALS = {"dev": 1.4, "prod": 1.8}  # issue 18: at most this many times the minimal app's wall time
+# cdk.json's app command, with this interpreter in place of the .venv/bin/python it names
+APP_COMMAND = [sys.executable, *json.loads((ROOT / "cdk.json").read_text(encoding="utf-8"))["app"].split()[1:]]
 MANY_LOBS = 20
 GENERATED_ENV = "lobs20"
 
@@ -112,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
         config = generate_many_lobs(ROOT / "config", work_dir / "config")
         runs = {
             BASELINE: ([sys.executable, str(script)], work_dir, {}),
-            KVTIER_SETTINGS: ([sys.executable, str(same_settings)], work_dir, {}),
-            "dev": ([sys.executable, "app.py"], ROOT, {"CDK_CONTEXT_JSON": '{"env": "dev"}'}),
-            "prod": ([sys.executable, "app.py"], ROOT, {"CDK_CONTEXT_JSON": '{"env": "prod"}'}),
+            KVTIER_SETTINGS: ([sys.executable, *APP_COMMAND[1:-1], str(same_settings)], work_dir, {}),
+            "dev": (APP_COMMAND, ROOT, {"CDK_CONTEXT_JSON": '{"env": "dev"}'}),
+            "prod": (APP_COMMAND, ROOT, {"CDK_CONTEXT_JSON": '{"env": "prod"}'}),
             GENERATED_ENV: (
-                [sys.executable, "app.py"],
+                APP_COMMAND,
                 ROOT,
                 {"CDK_CONTEXT_JSON": f'{{"env": "{GENERATED_ENV}", "config_dir": "{config}"}}'},
             ),
@@ -151,12 +155,12 @@ def _report(timings: dict[str, Timings], runs: int) -> str:
         [
             "## Synth time (`make bench-synth`)",
             "",
-            f"`python app.py` per environment against a minimal one-stack CDK app (one S3 bucket), {runs} runs each,",
-            f"interleaved, on {platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}.",
-            f"`{BASELINE}` is that app as CDK writes it (aws-cdk-lib's defaults: its built-in CloudFormation validation",
-            f"runs); `{KVTIER_SETTINGS}` has kvtier's App settings (that validation off, as in kvtier's app), so",
-            f"its column is what kvtier's own constructs and charts cost. `{GENERATED_ENV}` is dev with {MANY_LOBS}",
-            "copies of its LOB.",
+            f"`{' '.join(['python', *APP_COMMAND[1:]])}` (cdk.json's app command) per environment against a minimal",
+            f"one-stack CDK app (one S3 bucket), {runs} runs each, interleaved, on {platform.machine()} with",
+            f"{os.cpu_count()} cores, Python {platform.python_version()}. `{BASELINE}` is that app as CDK writes it",
+            "(`python3 app.py`, aws-cdk-lib's defaults: its built-in CloudFormation validation runs);",
+            f"`{KVTIER_SETTINGS}` runs as kvtier does (`-O`, that validation off), so its column is what kvtier's own",
+            f"constructs and charts cost. `{GENERATED_ENV}` is dev with {MANY_LOBS} copies of its LOB.",
             "",
             f"| app | wall median (s) | x {BASELINE} | x {KVTIER_SETTINGS} | CPU median (s) | CPU x {BASELINE} | "
             "wall runs (s) |",
