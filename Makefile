@@ -31,7 +31,7 @@ help:
 	@echo "make lint         ruff check, ruff format --check, mypy --strict"
 	@echo "make pytest       the test suite"
 	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
-	@echo "make bench-setup  time a fresh `make setup` in a fresh clone, step by step, write docs/benchmarks.md"
+	@echo "make bench-setup  time a fresh make setup in a fresh clone, step by step, write docs/benchmarks.md"
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"

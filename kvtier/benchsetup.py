@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args(argv)
     steps = fresh_setup(args.installer)
-    installs = sum(s for target, _, s in steps if target != "setup" and target != ".venv/.optimized")
+    installs = sum(s for target, _, s in steps if target not in {"setup", ".venv/.optimized"})
     body = "\n".join(
         [
             "## Set-up time (`make bench-setup`)",
