@@ -7,6 +7,8 @@ to, IRSA trust through `eks`, the OIDC provider ARN and the HyperPod cluster ARN
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aws_cdk import CfnOutput, aws_eks_v2
 from constructs import Construct
 
@@ -27,8 +29,10 @@ from kvtier.constructs.hyperpod_dependencies import (
 )
 from kvtier.constructs.manifests import HelmRelease
 from kvtier.constructs.network import KvtierNetwork
-from kvtier.constructs.tiered_storage import TieredStorageSetting
 from kvtier.stacks.base import KvtierStack, established
+
+if TYPE_CHECKING:  # imported where used: only an existing cluster needs it (and aws-cdk-lib's Step Functions)
+    from kvtier.constructs.tiered_storage import TieredStorageSetting
 
 
 class ClusterStack(KvtierStack):
@@ -212,6 +216,8 @@ class ExistingClusterStack(ClusterStack):
         # With tiered storage off in config, kvtier leaves the owner's setting alone.
         self.tiered_storage: TieredStorageSetting | None = None
         if env.hyperpod.tiered_storage.enabled:
+            from kvtier.constructs.tiered_storage import TieredStorageSetting
+
             self.tiered_storage = TieredStorageSetting(
                 self,
                 "TieredStorage",
