@@ -3,6 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV := .venv
 # checkov (tests/test_security_scan.py) lives in its own venv: its pins conflict with ours (requirements-checkov.txt).
+# Only the tests need it, so `make pytest` installs it and `make setup` (what `make synth` needs) does not.
 CHECKOV_VENV := .venv-checkov
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
@@ -64,7 +65,7 @@ $(VENV)/.optimized: $(VENV)/.installed node_modules/.installed scripts/compile-o
 
 # kvtier's own .pyc files, plain and -O: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every
 # synth would compile the package from source (docs/benchmarks.md). compileall rewrites only what changed.
-setup: $(VENV)/.installed node_modules/.installed $(CHECKOV_VENV)/.installed $(VENV)/.optimized
+setup: $(VENV)/.installed node_modules/.installed $(VENV)/.optimized
 	@$(PY) -m compileall -q -o 0 -o 1 kvtier
 
 # promtool (Debian's `prometheus` package) checks and unit-tests the alert and recording rules; installed only where
@@ -84,7 +85,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-pytest: setup promtool
+pytest: setup promtool $(CHECKOV_VENV)/.installed
 	$(PY) -m pytest
 
 # Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.

@@ -88,7 +88,7 @@ def byoc_plain(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 @pytest.fixture(scope="module")
 def scan(dev: Synth, prod: Synth, byoc_plain: Synth, tmp_path_factory: pytest.TempPathFactory) -> list[Finding]:
     if not CHECKOV.exists():
-        pytest.fail(f"{CHECKOV} is missing; run `make setup` (it installs requirements-checkov.txt)")
+        pytest.fail(f"{CHECKOV} is missing; run `make pytest` (it installs requirements-checkov.txt)")
     root = tmp_path_factory.mktemp("scan")
     for synth in (dev, prod, byoc_plain):
         env = synth.stacks.cluster.config_env.name
