@@ -124,7 +124,7 @@ def test_sweep_cross_pod(tmp_path: Path) -> None:
         )
         assert (
             tiers["lmcache_l1_l2"]["hit_tokens"]
-            == a["lmcache:num_hit_tokens_total"] - b["lmcache:num_hit_tokens_total"]
+            == a["lmcache:num_lookup_hits_total"] - b["lmcache:num_lookup_hits_total"]
         )
         assert (
             report["l2_io"]["read_requests"]

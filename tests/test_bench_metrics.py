@@ -76,6 +76,19 @@ def test_cache_report_deltas_per_tier() -> None:
     assert totals["l2_io"]["read_requests"] == 12.0
 
 
+def test_lmcache_tier_counts_misses_through_the_lookup_counters() -> None:
+    """LMCache 0.4.3 counts requested and hit tokens only when it retrieves: a miss moves only its lookup counters.
+    One hit (300 of 300 tokens) and one miss (0 of 300): the lookup rate is 50%, the retrieve rate would say 100%."""
+    names = ("lookup_tokens", "lookup_hits", "requested_tokens", "hit_tokens")
+    before = "\n".join(f"lmcache:num_{n}_total 0" for n in names)
+    after = "lmcache:num_lookup_tokens_total 600\nlmcache:num_lookup_hits_total 300\n"
+    after += "lmcache:num_requested_tokens_total 300\nlmcache:num_hit_tokens_total 300\n"
+    report = cache_report(Scrape("http://pod", parse_prometheus(before)), Scrape("http://pod", parse_prometheus(after)))
+    tier = report["tiers"]["lmcache_l1_l2"]
+    assert (tier["hit_tokens"], tier["query_tokens"], tier["hit_rate"]) == (300.0, 600.0, 0.5)
+    assert tier["metric"] == "lmcache:num_lookup_hits_total"
+
+
 def test_older_vllm_names_are_used_when_new_ones_are_absent() -> None:
     old = "vllm:gpu_prefix_cache_hits_total 10\nvllm:gpu_prefix_cache_queries_total 20\n"
     new = "vllm:gpu_prefix_cache_hits_total 15\nvllm:gpu_prefix_cache_queries_total 40\n"

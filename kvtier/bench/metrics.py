@@ -4,7 +4,10 @@ Which tiers the counters can tell apart (vLLM 0.11-0.19 `vllm/v1/metrics/loggers
 `lmcache/observability.py`; docs/references.md "vLLM and LMCache metrics"):
 - L0, the GPU prefix cache: `vllm:prefix_cache_hits_total` / `..._queries_total` (tokens).
 - LMCache as vLLM sees it (L1 + L2 together): `vllm:external_prefix_cache_hits_total` / `..._queries_total`.
-- LMCache's own count (L1 + L2 together): `lmcache:num_hit_tokens_total` / `lmcache:num_requested_tokens_total`.
+- LMCache's own count (L1 + L2 together): `lmcache:num_lookup_hits_total` / `lmcache:num_lookup_tokens_total`, the
+  prompt tokens LMCache held when vLLM asked (every lookup counts, a miss too). Older LMCache without lookup counters:
+  `lmcache:num_hit_tokens_total` / `lmcache:num_requested_tokens_total`, which LMCache 0.4.3 counts only when it
+  retrieves, so a miss never shows in that rate (docs/references.md).
 - L2 traffic: `lmcache:num_remote_read_requests_total` / `..._bytes_total` (and writes); there is no L2 hit-token counter.
 """
 
@@ -121,9 +124,9 @@ TIERS = (
     ),
     Tier(
         "lmcache_l1_l2",
-        "LMCache L1+L2 (LMCache's own count)",
-        ("lmcache:num_hit_tokens_total",),
-        ("lmcache:num_requested_tokens_total",),
+        "LMCache L1+L2 (LMCache's own count: prompt tokens it held at lookup)",
+        ("lmcache:num_lookup_hits_total", "lmcache:num_hit_tokens_total"),
+        ("lmcache:num_lookup_tokens_total", "lmcache:num_requested_tokens_total"),
     ),
 )
 L2_IO = {
