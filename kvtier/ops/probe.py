@@ -4,8 +4,8 @@ For each such endpoint: two ready pods on different nodes (A, B); one salted pro
 (at least as many tokens) to A; wait until A's LMCache reports L2 writes (its store is asynchronous); the same prompt
 to B; then B's counters say whether the prefix came from L2 (`lmcache:num_remote_read_bytes_total`,
 `vllm:external_prefix_cache_hits_total`). LMCache publishes its counters from a thread every 10 s (LMCache 0.4.3,
-docs/references.md), so both waits poll until the counters have caught up, within bounds. Read-only apart from the two requests; bounded time per endpoint.
-The pods are reached through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP
+docs/references.md), so both waits poll until the counters have caught up, within bounds. Read-only apart from the
+two requests; bounded time per endpoint. The pods are reached through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP
 side is `kvtier bench`'s client.
 """
 
