@@ -128,8 +128,8 @@ async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
 
 
 def wait_for_targets(url: str, count: int, timeout_s: float = 30.0) -> None:
-    """Until Prometheus has scraped all `count` engine targets once: it applies new targets only every 5 s, so a
-    workload started at once could end before the first scrape, and rate() would then see flat counters."""
+    """Until Prometheus has scraped all `count` engine targets once: it is ready seconds before its first scrape (seen
+    here: a workload started at once ended before it, and rate() then saw flat counters and the ratios no series)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         targets = httpx.get(f"{url}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
