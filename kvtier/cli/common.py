@@ -6,9 +6,10 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from kvtier.config.loader import DEFAULT_ENV, Config, resolve_config_dir
+from kvtier.ops.checks import Check
 from kvtier.rules import load_checked
 
 
@@ -32,22 +33,7 @@ def print_json(data: Any) -> None:
     sys.stdout.write("\n")
 
 
-class CheckRow(Protocol):
-    """One row of a live check's report (`kvtier status`, `kvtier preflight`)."""
-
-    @property
-    def area(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def value(self) -> str: ...
-    @property
-    def verdict(self) -> str: ...
-    @property
-    def detail(self) -> str: ...
-
-
-def print_checks(title: str, checks: Sequence[CheckRow], *, good: str, bad: str) -> None:
+def print_checks(title: str, checks: Sequence[Check], *, good: str, bad: str) -> None:
     """The checks as a table, then one line: `good` when every check is ok, else `bad` with how many are not."""
     from rich.console import Console
     from rich.table import Table

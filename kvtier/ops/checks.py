@@ -1,4 +1,4 @@
-"""What `kvtier preflight` and `kvtier status` share: one AWS-side check with its verdict, and what a list of them
+"""What `kvtier preflight` and `kvtier status` share: one AWS-side check with its verdict, and what a report of them
 means for the exit code and the JSON output."""
 
 from __future__ import annotations
@@ -24,12 +24,18 @@ class Check:
     detail: str = ""
 
 
-def all_ok(checks: Iterable[Check]) -> bool:
-    return all(c.verdict == "ok" for c in checks)
+class ChecksReport:
+    """A report whose `checks` decide it: ok when every verdict is, exit 1 otherwise (mixed into the dataclasses)."""
 
+    checks: tuple[Check, ...]
 
-def verdict_exit_code(checks: Iterable[Check]) -> ExitCode:
-    return ExitCode.OK if all_ok(checks) else ExitCode.PROBLEMS
+    @property
+    def ok(self) -> bool:
+        return all(c.verdict == "ok" for c in self.checks)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.ok else ExitCode.PROBLEMS
 
 
 def as_json(checks: Iterable[Check]) -> list[dict[str, Any]]:

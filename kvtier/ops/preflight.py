@@ -32,8 +32,8 @@ from botocore.exceptions import (
 
 from kvtier.addons import ADDONS, AddonSpec
 from kvtier.config.environment import Environment
-from kvtier.errors import ExitCode, UnavailableError
-from kvtier.ops.checks import Check, all_ok, as_json, verdict_exit_code
+from kvtier.errors import UnavailableError
+from kvtier.ops.checks import Check, ChecksReport, as_json
 
 BOOTSTRAP_STACK = "CDKToolkit"  # `cdk bootstrap`'s default stack name (qualifier hnb659fds)
 # The synthesized templates' CheckBootstrapVersion rule refuses versions 1-5 (aws-cdk-lib DefaultStackSynthesizer).
@@ -66,18 +66,14 @@ class Quota:
 
 
 @dataclass(frozen=True)
-class PreflightReport:
+class PreflightReport(ChecksReport):
     environment: str
     region: str
     checks: tuple[Check, ...]
 
     @property
     def ready(self) -> bool:
-        return all_ok(self.checks)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return verdict_exit_code(self.checks)
+        return self.ok
 
     def to_json(self) -> dict[str, Any]:
         return {

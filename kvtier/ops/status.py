@@ -25,9 +25,9 @@ from botocore.exceptions import (
 
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import Role
-from kvtier.errors import ExitCode, UnavailableError
+from kvtier.errors import UnavailableError
 from kvtier.naming import ENV_TAG, stack_name
-from kvtier.ops.checks import Check, all_ok, as_json, verdict_exit_code
+from kvtier.ops.checks import Check, ChecksReport, as_json
 from kvtier.versions import KUBERNETES_VERSION
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ class ExpectedAddon:
 
 
 @dataclass(frozen=True)
-class StatusReport:
+class StatusReport(ChecksReport):
     environment: str
     hyperpod_cluster: str
     eks_cluster: str
@@ -71,11 +71,7 @@ class StatusReport:
 
     @property
     def healthy(self) -> bool:
-        return all_ok(self.checks)
-
-    @property
-    def exit_code(self) -> ExitCode:
-        return verdict_exit_code(self.checks)
+        return self.ok
 
     def to_json(self) -> dict[str, Any]:
         return {
