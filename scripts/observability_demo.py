@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,20 +28,13 @@ import yaml
 from kvtier.bench.client import send
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
-from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster
+from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster, free_port
 from kvtier.k8s.observability.dashboards import PanelSpec, endpoint_panels
 from kvtier.k8s.observability.rules import KV_BYTES_PER_TOKEN, tier_records
 
 LOB, ENDPOINT = "demo", "fake"
 PROMETHEUS_BUDGET_S = 180
 FAKE = Behaviour(cold_s=0.05, l2_s=0.02, warm_s=0.01, itl_s=0.0, output_tokens=2)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def write_config(folder: Path, targets: list[str], port: int) -> Path:
@@ -175,7 +167,7 @@ def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
     folder = Path(tempfile.mkdtemp(prefix="kvtier-prom-"))
     try:
         with FakeCluster(2, FAKE) as cluster:
-            port = _free_port()
+            port = free_port()
             config = write_config(folder, cluster.urls, port)
             with prometheus(folder, config, port) as url:
                 wait_for_targets(url, len(cluster.urls))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -11,18 +10,10 @@ import pytest
 
 from kvtier.bench.records import RequestRecord
 from kvtier.bench.result import BenchResult
-from kvtier.bench.testserver import Behaviour, FakeCluster
+from kvtier.bench.testserver import Behaviour, FakeCluster, free_port
 from kvtier.cli import main
 
 QUICK = Behaviour(cold_s=0.1, l2_s=0.1, warm_s=0.1, itl_s=0.001, output_tokens=2)
-
-
-def _closed_port() -> int:
-    """A port nothing listens on: bound, then released (connections to it are refused)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def _sweep(tmp_path: Path, write: str, read: str | None = None, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -35,7 +26,7 @@ def _sweep(tmp_path: Path, write: str, read: str | None = None, *extra: str) -> 
 
 
 def test_no_url_answers_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     code, result = _sweep(tmp_path, dead)
     assert code == 3
     assert result == {}
@@ -44,7 +35,7 @@ def test_no_url_answers_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_one_dead_url_is_counted_per_request(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    dead = f"http://127.0.0.1:{_closed_port()}"
+    dead = f"http://127.0.0.1:{free_port()}"
     with FakeCluster(1, QUICK) as c:
         code, result = _sweep(tmp_path, c.urls[0], dead)
     # The write URL answered and the reads failed: counted per request, and the sweep failed (it measured no reuse).
@@ -149,7 +140,7 @@ def test_an_unwritable_out_folder_exits_2_before_any_request(
 
 
 def test_unreadable_or_too_long_trace_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{_closed_port()}"  # never reached: the trace is checked first
+    url = f"http://127.0.0.1:{free_port()}"  # never reached: the trace is checked first
     assert main(["bench", "trace", "--url", url, "--trace", str(tmp_path / "absent.jsonl")]) == 2
     assert "cannot read trace" in capsys.readouterr().err
     long = tmp_path / "long.jsonl"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from kvtier.bench.testserver import free_port
 from kvtier.config.bench import BenchConfig
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
@@ -205,9 +205,7 @@ def test_wrapper_discovers_the_served_name_and_prints_the_result(tmp_path: Path)
 
 
 def test_wrapper_gives_up_loudly_on_a_dead_target(tmp_path: Path) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     done = _run_wrapper(tmp_path, f"http://127.0.0.1:{port}", wait_s=0.2)
     assert done.returncode == 1
     assert f"http://127.0.0.1:{port} was not ready within 0.2 s" in done.stderr

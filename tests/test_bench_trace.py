@@ -4,11 +4,11 @@ what it refuses (with file and line), and that both commands refuse the same fil
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
 
+from kvtier.bench.testserver import free_port
 from kvtier.cli import main
 from kvtier.trace import Trace, TraceError, TraceRequest, load_trace, parse_trace
 from tests.support import CONFIG_DIR, shared_path
@@ -18,13 +18,6 @@ GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1,
 
 def _line(**changes: object) -> str:
     return json.dumps({**GOOD, **changes})
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
 
 
 def test_lines_become_requests_with_their_line_numbers() -> None:
@@ -110,7 +103,7 @@ def test_both_commands_refuse_a_bad_trace_with_exit_2(
 ) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_bytes(content)
-    url = f"http://127.0.0.1:{_closed_port()}"  # never reached: the trace is checked first
+    url = f"http://127.0.0.1:{free_port()}"  # never reached: the trace is checked first
     out = tmp_path / "out"
     assert main(["bench", "trace", "--url", url, "--trace", str(path), "--out", str(out), "--no-progress"]) == 2
     assert f"{path}{message}" in capsys.readouterr().err

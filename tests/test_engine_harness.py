@@ -219,7 +219,7 @@ def test_a_port_in_use_is_one_clear_error(tmp_path: Path) -> None:
 
 
 def _free() -> int:
-    from tests.engine.engines import free_port
+    from kvtier.bench.testserver import free_port
 
     return free_port()
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
-from kvtier.bench.testserver import Behaviour, FakeCluster
+from kvtier.bench.testserver import Behaviour, FakeCluster, free_port
 from kvtier.cli.verify import probe_targets, run_probe
 from kvtier.errors import ExitCode
 from kvtier.ops.probe import PROMPT_WORDS, Pod, ProbeTiming, UnreachableError, pick_pair
@@ -46,10 +45,7 @@ class NoCluster(StubAccess):
 
 
 def _dead_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}"  # closed again: nothing listens there
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 @pytest.fixture()

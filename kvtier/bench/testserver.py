@@ -34,6 +34,13 @@ from kvtier.serving import SESSION_HEADER
 BYTES_PER_TOKEN = 1024  # what the fake L2 pretends each token's KV weighs
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (bound, then released): for a test server, or a dead URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @dataclass(frozen=True)
 class Behaviour:
     cold_s: float = 0.4

@@ -29,12 +29,13 @@ from typing import Any
 
 from kvtier import serving
 from kvtier.bench.prompts import VOCAB
+from kvtier.bench.testserver import free_port
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.ops.probe import Pod, ProbeTiming, probe_all
 from kvtier.rules import load_checked
 from tests.engine import render
-from tests.engine.engines import Engine, EngineError, Engines, free_port
+from tests.engine.engines import Engine, EngineError, Engines
 
 REPO = Path(__file__).resolve().parents[2]
 ADAPTER_DIR = Path(__file__).resolve().parent / "adapter"
