@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvtier.bench.result import BenchResult
-from kvtier.bench.terminal import TIER_NAMES, ms, num, partial_note, pct, size
+from kvtier.bench.terminal import TIER_NAMES, ms, num, partial_note, pct, size, turn_rows
 
 __all__ = ["markdown", "ms", "num", "table"]
 
@@ -87,16 +87,7 @@ def _details(result: BenchResult) -> list[str]:
     if result.workload == "sweep":
         return _sweep(result)
     if result.workload == "multiturn":
-        rows = [
-            [
-                str(r["turn"]),
-                num(r["prompt_tokens_mean"]),
-                ms(r["write_ttft_ms"]["mean"]),
-                ms(r["read_ttft_ms"]["mean"]),
-                str(r.get("reads", "-")),
-            ]
-            for r in d.get("turns", [])
-        ]
+        rows = turn_rows(d.get("turns", []))
         return [
             "",
             "## Per turn",

@@ -193,23 +193,27 @@ def sweep_table(result: BenchResult, wide: bool) -> list[str]:
     return lines
 
 
+def turn_rows(turns: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """The multiturn table's rows (terminal and Markdown): turn, mean prompt tokens, mean TTFTs, reads."""
+    return [
+        [
+            str(r["turn"]),
+            num(r["prompt_tokens_mean"]),
+            ms(r["write_ttft_ms"]["mean"]),
+            ms(r["read_ttft_ms"]["mean"]),
+            str(r.get("reads", "-")),
+        ]
+        for r in turns
+    ]
+
+
 def detail_lines(result: BenchResult, wide: bool) -> list[str]:
     """The workload's own table or line, besides the sweep's: per turn, or what a trace replay sent."""
     width = None if wide else WIDTH
     d = result.details
     if result.workload == "multiturn" and d.get("turns"):
         columns = [Column("turn", left=True), Column("tokens"), Column("write ms"), Column("read ms"), Column("reads")]
-        rows = [
-            [
-                str(r["turn"]),
-                num(r["prompt_tokens_mean"]),
-                ms(r["write_ttft_ms"]["mean"]),
-                ms(r["read_ttft_ms"]["mean"]),
-                str(r.get("reads", "-")),
-            ]
-            for r in d["turns"]
-        ]
-        lines = ["", "Mean TTFT per turn", *render(columns, rows, width)]
+        lines = ["", "Mean TTFT per turn", *render(columns, turn_rows(d["turns"]), width)]
         return lines + wrap("read: a history the read URL never saw, after all turns ran on the write URL.", width)
     if result.workload == "trace":
         cut = d.get("cut_by_duration") or 0
