@@ -6,15 +6,38 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from kvtier.planner.model import TierModel
+
+if TYPE_CHECKING:
+    from kvtier.config.environment import Environment
+    from kvtier.k8s.base import KvtierChart
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG_DIR = ROOT / "config"
 SHARED = ROOT.parent / "shared"
 # jsii runs on the Node release pinned in package.json (Node 20 is end-of-life for it).
 os.environ["PATH"] = f"{ROOT / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+# A tier model with linear costs in round numbers and an unbounded L0, so expected TTFTs can be written down.
+ROUND_COSTS = TierModel(
+    kv_bytes_per_token=1000,
+    chunk_tokens=256,
+    block_tokens=16,
+    replicas=1,
+    l0_tokens=10**12,
+    l1_tokens=0,
+    l2_tokens=0,
+    l1_load_s_per_token=1e-5,
+    l2_load_s_per_token=1e-4,
+    prefill_s_per_token=1e-3,
+    prefill_s_per_token_squared=0.0,
+    max_model_len=10**12,
+)
 
 
 def shared_path(relative: str) -> Path:
@@ -70,3 +93,33 @@ def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR, *, na
             template = outdir / artifact["properties"]["templateFile"]
             synth.templates[name] = json.loads(template.read_text())
     return synth
+
+
+def lob_helpers_chart(env: Environment, claim_namespace: str | None = None) -> KvtierChart:
+    """What a LOB stack adds to the L2: its static PV (and claim), janitor and healer access, for `retail`."""
+    from kvtier.k8s.base import KvtierChart, chart_app  # here: importing cdk8s starts jsii, after PATH is set above
+    from kvtier.k8s.curvine import add_janitor, static_pv
+    from kvtier.k8s.curvine.healer import add_healer_access
+
+    chart = KvtierChart(chart_app(), "lob")
+    static_pv(
+        chart,
+        "pv",
+        env=env,
+        name=f"kvtier-{env.name}-retail",
+        curvine_path=f"/kvtier/{env.name}/retail",
+        claim_namespace=claim_namespace,
+    )
+    add_janitor(
+        chart,
+        "janitor",
+        env=env,
+        lob="retail",
+        namespace="kvtier-retail",
+        claim_name="l2-cache",
+        budget_gb=200,
+        max_age_hours=24,
+        in_use=["qwen3-8b"],
+    )
+    add_healer_access(chart, "healer", "kvtier-retail")
+    return chart

@@ -29,7 +29,6 @@ from kvtier.k8s.curvine import (
     static_pv,
 )
 from kvtier.k8s.curvine.cluster import master_max_unavailable, raft_quorum
-from kvtier.k8s.curvine.healer import add_healer_access
 from kvtier.k8s.curvine.janitor import SCRIPT_DIR
 from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, l2_janitor, script_text
 from kvtier.k8s.curvine.volumes import fuse_parameters
@@ -37,7 +36,7 @@ from kvtier.placement import placement
 from kvtier.rules import load_checked
 from kvtier.serving import L2_MOUNT_PATH
 from kvtier.sizing import curvine_node_shares
-from tests.support import CONFIG_DIR, ROOT
+from tests.support import CONFIG_DIR, ROOT, lob_helpers_chart
 from tests.validation import validate_k8s
 
 Obj = dict[str, Any]
@@ -84,28 +83,7 @@ def container(pod: Obj, name: str) -> Obj:
 
 
 def lob_chart(env: Environment, claim_namespace: str | None = None) -> list[Obj]:
-    chart = KvtierChart(chart_app(), "lob")
-    static_pv(
-        chart,
-        "pv",
-        env=env,
-        name=f"kvtier-{env.name}-retail",
-        curvine_path=f"/kvtier/{env.name}/retail",
-        claim_namespace=claim_namespace,
-    )
-    add_janitor(
-        chart,
-        "janitor",
-        env=env,
-        lob="retail",
-        namespace="kvtier-retail",
-        claim_name="l2-cache",
-        budget_gb=200,
-        max_age_hours=24,
-        in_use=["qwen3-8b"],
-    )
-    add_healer_access(chart, "healer", "kvtier-retail")
-    return chart.manifests()
+    return lob_helpers_chart(env, claim_namespace).manifests()
 
 
 @pytest.mark.parametrize("name", ["dev", "prod", "byoc"])

@@ -10,10 +10,9 @@ import yaml
 from syrupy.assertion import SnapshotAssertion
 
 from kvtier.k8s.base import KvtierChart, chart_app
-from kvtier.k8s.curvine import add_janitor, curvine_charts, static_pv
-from kvtier.k8s.curvine.healer import add_healer_access
+from kvtier.k8s.curvine import curvine_charts
 from kvtier.rules import load_checked
-from tests.support import CONFIG_DIR
+from tests.support import CONFIG_DIR, lob_helpers_chart
 
 
 class _Dumper(yaml.SafeDumper):
@@ -41,19 +40,4 @@ def test_curvine_charts_match_snapshots(env_name: str, snapshot: SnapshotAsserti
 
 
 def test_lob_helpers_match_snapshot(snapshot: SnapshotAssertion) -> None:
-    env = load_checked(CONFIG_DIR, "dev").env
-    chart = KvtierChart(chart_app(), "lob")
-    static_pv(chart, "pv", env=env, name="kvtier-dev-retail", curvine_path="/kvtier/dev/retail")
-    add_janitor(
-        chart,
-        "janitor",
-        env=env,
-        lob="retail",
-        namespace="kvtier-retail",
-        claim_name="l2-cache",
-        budget_gb=200,
-        max_age_hours=24,
-        in_use=["qwen3-8b"],
-    )
-    add_healer_access(chart, "healer", "kvtier-retail")
-    assert as_yaml(chart) == snapshot
+    assert as_yaml(lob_helpers_chart(load_checked(CONFIG_DIR, "dev").env)) == snapshot

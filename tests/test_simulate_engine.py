@@ -13,30 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvtier.errors import UsageError
-from kvtier.planner.model import TierModel
 from kvtier.simulate import SimConfig, Trace, TraceRequest, parse_trace, simulate
 from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import TierTokens, summarize_ttft
 from kvtier.simulate.routers import Ask, ClusterView, Session
 from kvtier.simulate.trace import to_units
+from tests.support import ROUND_COSTS
 
 BIG = 10**12
 BLOCK = 512
-# Linear costs with round numbers, so expected TTFTs can be written down.
-BASE = TierModel(
-    kv_bytes_per_token=1000,
-    chunk_tokens=256,
-    block_tokens=16,
-    replicas=1,
-    l0_tokens=BIG,
-    l1_tokens=0,
-    l2_tokens=0,
-    l1_load_s_per_token=1e-5,
-    l2_load_s_per_token=1e-4,
-    prefill_s_per_token=1e-3,
-    prefill_s_per_token_squared=0.0,
-    max_model_len=BIG,
-)
+BASE = ROUND_COSTS
 
 
 def trace(*rows: tuple[float, Sequence[int]] | tuple[float, Sequence[int], int]) -> Trace:

@@ -14,28 +14,14 @@ from rich.console import Console
 
 from kvtier.catalog import GB, GIB
 from kvtier.cli import main
-from kvtier.planner.model import TierModel
 from kvtier.simulate import SimConfig, Trace, TraceRequest, simulate
 from kvtier.simulate import plots as plots_module
 from kvtier.simulate.report import crowding_warnings, notes, print_report, sizing
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens
-from tests.support import CONFIG_DIR
+from tests.support import CONFIG_DIR, ROUND_COSTS
 
 BIG = 10**12
-MODEL = TierModel(
-    kv_bytes_per_token=1000,
-    chunk_tokens=256,
-    block_tokens=16,
-    replicas=2,
-    l0_tokens=BIG,
-    l1_tokens=0,
-    l2_tokens=0,
-    l1_load_s_per_token=1e-5,
-    l2_load_s_per_token=1e-4,
-    prefill_s_per_token=1e-3,
-    prefill_s_per_token_squared=0.0,
-    max_model_len=2048,
-)
+MODEL = dataclasses.replace(ROUND_COSTS, replicas=2, max_model_len=2048)
 
 
 def _trace(*rows: tuple[float, int, tuple[int, ...]]) -> Trace:
