@@ -26,6 +26,7 @@ from kvtier.bench.metrics import Sample, scrape, total
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
 from kvtier.errors import ExitCode
+from kvtier.k8s.observability import metrics as m
 
 PROMPT_WORDS = 2000  # words: every tokenizer makes at least one token of each, so >= 2,000 tokens
 LMCACHE_STATS_INTERVAL_S = 10.0  # LMCache 0.4.3 publishes its Prometheus counters every 10 s (docs/references.md)
@@ -34,13 +35,13 @@ SETTLE_S = 2 * LMCACHE_STATS_INTERVAL_S + 5  # how long B's LMCache counters may
 REQUEST_TIMEOUT_S = 120.0
 ENDPOINT_BUDGET_S = 300.0  # everything for one endpoint, pod lookup to the last scrape
 POLL_S = 0.5
-WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
-READ_BYTES = "lmcache:num_remote_read_bytes_total"
-LMCACHE_HITS = "lmcache:num_hit_tokens_total"
-LMCACHE_REQUESTED = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)
-LOOKUP_TOKENS = "lmcache:num_lookup_tokens_total"  # counted on every lookup, a miss included
-LOOKUP_HITS = "lmcache:num_lookup_hits_total"
-EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
+WRITE_BYTES = m.LMCACHE_REMOTE_WRITE_BYTES
+READ_BYTES = m.LMCACHE_REMOTE_READ_BYTES
+LMCACHE_HITS = m.LMCACHE_HIT_TOKENS
+LMCACHE_REQUESTED = m.LMCACHE_REQUESTED_TOKENS
+LOOKUP_TOKENS = m.LMCACHE_LOOKUP_TOKENS
+LOOKUP_HITS = m.LMCACHE_LOOKUP_HITS
+EXTERNAL_HITS = m.VLLM_EXTERNAL_PREFIX_CACHE_HITS
 
 
 @dataclass(frozen=True)

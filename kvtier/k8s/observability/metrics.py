@@ -20,8 +20,10 @@ SOURCE_L0 = "local_cache_hit"
 SOURCE_EXTERNAL = "external_kv_transfer"  # LMCache L1 + L2 together
 
 # LMCache 0.4.3 (lmcache/observability.py): labels model_name, worker_id, role (one series per TP rank).
-LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens_total"
+LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)
 LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens_total"
+LMCACHE_LOOKUP_TOKENS = "lmcache:num_lookup_tokens_total"  # counted on every lookup, a miss included
+LMCACHE_LOOKUP_HITS = "lmcache:num_lookup_hits_total"
 LMCACHE_REMOTE_READ_BYTES = "lmcache:num_remote_read_bytes_total"  # L2 reads; there is no L2 hit-token counter
 LMCACHE_REMOTE_WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
 LMCACHE_RETRIEVE_REQUESTS = "lmcache:num_retrieve_requests_total"
