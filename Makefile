@@ -2,7 +2,7 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 VENV := .venv
-# checkov (tests/test_security_scan.py) lives in its own venv: its pins conflict with ours (requirements-checkov.txt).
+# checkov (tests/stacks/test_security_scan.py) lives in its own venv: its pins conflict with ours (requirements-checkov.txt).
 # Only the tests need it, so `make pytest` installs it and `make setup` (what `make synth` needs) does not.
 CHECKOV_VENV := .venv-checkov
 PY := $(VENV)/bin/python
@@ -98,13 +98,13 @@ test-engine: setup
 	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine
 
 bench-synth: setup
-	$(PY) -m kvtier.benchsynth
+	$(PY) -m tools.benchsynth
 
 bench-setup: setup
-	$(PY) -m kvtier.benchsetup
+	$(PY) -m tools.benchsetup
 
 bench-sim: setup
-	$(PY) -m kvtier.simulate.bench --repeat 5 --output docs/benchmarks.md
+	$(PY) -m tools.benchsim --repeat 5 --output docs/benchmarks.md
 
 crds:
 	bash scripts/fetch-crds.sh

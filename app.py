@@ -1,7 +1,7 @@
-"""CDK entry point (`cdk.json` runs it): everything happens in kvtier.app."""
+"""CDK entry point (`cdk.json` runs it): everything happens in kvtier.app.main."""
 
 import sys
 
-from kvtier.app import main
+from kvtier.app.main import main
 
 sys.exit(main())

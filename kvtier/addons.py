@@ -3,7 +3,7 @@
 Design "Add-ons and controllers: one owner each": the cluster stack owns the networking add-ons (installed before
 any HyperPod node) and the add-ons whose pods need nodes (after the HyperPod cluster); the platform stack owns the
 Inference Operator add-on. Nothing else declares an add-on. Plain data (no aws_cdk), so config validation and
-`kvtier status` can read it; kvtier/constructs/addons.py turns it into resources.
+`kvtier status` can read it; kvtier/constructs/eks_addons.py turns it into resources.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ def main() -> int:
     from aws_cdk import Stack
     from aws_cdk import aws_s3 as s3
 
-    from kvtier.app import new_app
+    from kvtier.app.main import new_app
 
     with tempfile.TemporaryDirectory() as outdir:
         app = new_app(outdir)

@@ -1,6 +1,6 @@
 """A real Prometheus (Debian's `prometheus` package) scraping kvtier's bench test server on 127.0.0.1 and evaluating
 kvtier's recording rules, while a small workload runs: cold prompts to server A, the same to B (L2 hits through
-the shared store), then again to A (GPU-cache hits). Used by tests/test_observability_prometheus.py, and run by hand
+the shared store), then again to A (GPU-cache hits). Used by tests/k8s/observability/test_prometheus.py, and run by hand
 to draw docs/img/observability-endpoint.png from the endpoint dashboard's panels:
 
     .venv/bin/python scripts/observability_demo.py docs/img/observability-endpoint.png

@@ -18,7 +18,7 @@ def dev(tmp_path_factory: pytest.TempPathFactory) -> Synth:
 
 @pytest.fixture(scope="session")
 def prod(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    # With cdk-nag: the same synth serves the template tests and the nag tests (tests/test_stacks_lint.py).
+    # With cdk-nag: the same synth serves the template tests and the nag tests (tests/stacks/test_lint.py).
     return synthesize("prod", tmp_path_factory.mktemp("cdk-prod"), nag=True)
 
 

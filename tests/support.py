@@ -76,7 +76,7 @@ def synthesize(env_name: str, outdir: Path, config_dir: Path = CONFIG_DIR, *, na
     """Synthesize one environment into `outdir`. With `nag`, cdk-nag's report lands in `outdir/validation-report.json`;
     a synth that cdk-nag fails still returns its templates (the validation runs on the written assembly), so one synth
     serves the nag tests and every template test, and the nag tests say what failed."""
-    from kvtier.app import build, new_app
+    from kvtier.app.main import build, new_app
     from kvtier.rules import load_checked
 
     app = new_app(str(outdir), nag=nag)

@@ -30,17 +30,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "kvtier.addons",
             "kvtier.upstream",
             "kvtier.trace",
-            "kvtier.stats",
-            "kvtier.benchdoc",
-            "kvtier.day2",
-            "kvtier.feature_flags",
-            "kvtier.jsii_node",
             "kvtier.lambdas",
             "kvtier.k8s.curvine.scripts",
         ),
     ),
     ("config", ("kvtier.config",)),
-    ("serving facts", ("kvtier.serving", "kvtier.sizing", "kvtier.placement")),
+    ("serving facts", ("kvtier.serving", "kvtier.sizing")),
     ("planner and bench", ("kvtier.planner", "kvtier.bench")),
     ("simulator", ("kvtier.simulate",)),
     ("rules", ("kvtier.rules",)),
@@ -50,11 +45,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     (
         "entry points",
         (
-            "kvtier.dist",
             "kvtier.app",
             "kvtier.ops",
-            "kvtier.benchsynth",
-            "kvtier.benchsetup",
             "kvtier.cli",
             "kvtier.__main__",
         ),
@@ -216,3 +208,32 @@ def test_the_checks_find_a_planted_upward_import_and_circle(tmp_path: Path) -> N
     assert _circles(found) == ["kvtier.config.a -> kvtier.config.b -> kvtier.config.a"]
     second.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import kvtier.config.a\n")
     assert _circles(_edges(modules)) == []
+
+
+def test_product_root_keeps_only_shared_modules() -> None:
+    """Issue 29: the package root holds what several layers share; everything else lives in its layer's package."""
+    loose = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(loose) <= 10, loose
+
+
+def test_the_product_never_imports_the_project_tools() -> None:
+    """`tools/` (benchmarks of the synth, the set-up and the simulator) is development tooling, not product."""
+    offenders = [
+        f"{name}: imports {target}"
+        for name, path in _modules().items()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for target in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        if target == "tools" or target.startswith("tools.")
+    ]
+    assert offenders == []
+
+
+def test_tests_mirror_the_package() -> None:
+    """Each test lives in the folder of the layer it tests; only project-wide checks stay at the root of tests/."""
+    tests = ROOT / "tests"
+    allowed_root = {"test_layers.py", "test_docs.py", "test_pins.py", "test_packaging.py", "test_sources.py"}
+    assert sorted(p.name for p in tests.glob("test_*.py")) == sorted(allowed_root)
+    packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    for folder in (p for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
+        assert folder.name in packages | {"tools", "engine"}, f"tests/{folder.name}/ mirrors no kvtier package"

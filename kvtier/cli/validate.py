@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
     """(refusable changes, notices)."""
-    from kvtier.day2 import cold_starts, compare, templates
+    from kvtier.rules.day2 import cold_starts, compare, templates
 
     if not (previous / "manifest.json").is_file():
         raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
@@ -41,10 +41,10 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
         before = templates(previous)  # read first: a broken folder is found before a full synth
     except ValueError as err:
         raise UsageError(f"{err}; pass the cdk.out folder of an earlier synth") from None
-    from kvtier.jsii_node import prefer_project_node
+    from kvtier.app.jsii_node import prefer_project_node
 
     prefer_project_node()  # before aws_cdk starts the jsii kernel
-    from kvtier.app import build, new_app
+    from kvtier.app.main import build, new_app
 
     with tempfile.TemporaryDirectory() as work:
         app = new_app(work)

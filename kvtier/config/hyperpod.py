@@ -101,7 +101,7 @@ class TieredStorage(StrictModel):
 # ---- An existing cluster (kvtier imports it and creates no network or cluster resources) ---------------------------
 
 Component = Literal["hyperpod_dependencies", "inference_operator", "kyverno", "curvine"]
-# Add-on phases of kvtier.constructs.addons that the cluster stack installs; `install.addons` may name a whole phase.
+# Add-on phases of kvtier.constructs.eks_addons that the cluster stack installs; `install.addons` may name a whole phase.
 AddonGroup = Literal["network", "nodes"]
 ADDON_GROUPS: tuple[AddonGroup, ...] = ("network", "nodes")
 _ADDON_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -353,7 +353,7 @@ class HyperPodConfig(StrictModel):
         return self.existing is None or bool(getattr(self.existing.install, component))
 
     def installs_addon(self, name: str, phase: str) -> bool:
-        """Whether the cluster stack installs the EKS add-on `name` of `phase` (kvtier.constructs.addons)."""
+        """Whether the cluster stack installs the EKS add-on `name` of `phase` (kvtier.constructs.eks_addons)."""
         return self.existing is None or name in self.existing.install.addons or phase in self.existing.install.addons
 
     def eks_cluster_name(self, env_name: str) -> str:

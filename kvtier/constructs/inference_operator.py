@@ -3,7 +3,7 @@ certificate bucket (docs/references.md "Inference Operator add-on and IAM").
 
 The add-on installs the operator, its ALB controller and KEDA in `hyperpod-inference-system`; each gets its role
 through IRSA here. The prerequisite add-ons (cert-manager, S3 and FSx CSI drivers, metrics-server) belong to the
-cluster stack (kvtier/constructs/addons.py).
+cluster stack (kvtier/constructs/eks_addons.py).
 """
 
 from __future__ import annotations

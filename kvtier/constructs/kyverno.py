@@ -15,7 +15,7 @@ from constructs import Construct
 
 from kvtier.config.environment import Environment
 from kvtier.constructs.manifests import HelmRelease, StackOutputs
-from kvtier.placement import placement
+from kvtier.k8s.placement import placement
 from kvtier.versions import KYVERNO_APP_VERSION, KYVERNO_CHART_REPOSITORY, KYVERNO_CHART_VERSION
 
 NAMESPACE = "kyverno"  # design "Names and limits"

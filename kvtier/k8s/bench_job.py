@@ -25,9 +25,9 @@ from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import api_object
 from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENDPOINT_LABEL, endpoint_url
+from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
-from kvtier.placement import placement
 from kvtier.versions import STANDALONE_VLLM_IMAGE
 
 # The image only runs the client (`vllm bench serve`, vLLM 0.19.0 in lmcache/vllm-openai:v0.4.3,

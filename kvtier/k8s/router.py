@@ -31,9 +31,9 @@ from kvtier.k8s.endpoint_names import (
     router_name,
     router_service_name,
 )
+from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
-from kvtier.placement import placement
 from kvtier.serving import (
     CONTROLLER_HEARTBEAT_PORT,
     CONTROLLER_PULL_PORT,

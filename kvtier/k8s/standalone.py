@@ -28,9 +28,9 @@ from kvtier.k8s.endpoint_names import (
 )
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
+from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context
 from kvtier.naming import MODEL_READER_SA, lob_namespace
-from kvtier.placement import placement
 from kvtier.serving import (
     L2_CLAIM,
     L2_MOUNT_PATH,

@@ -52,7 +52,7 @@ _NOT_FOUND = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
 
 @dataclass(frozen=True)
 class ExpectedAddon:
-    """An EKS add-on kvtier's deployment relies on, from the registry in kvtier.constructs.addons."""
+    """An EKS add-on kvtier's deployment relies on, from the registry in kvtier.constructs.eks_addons."""
 
     name: str
     version: str  # kvtier's pin

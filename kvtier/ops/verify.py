@@ -26,8 +26,8 @@ from kvtier.k8s.curvine.names import HEALER, component_labels
 from kvtier.k8s.curvine.names import NAMESPACE as CURVINE_NAMESPACE
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
 from kvtier.k8s.endpoint_names import POLICY_NAME
+from kvtier.k8s.placement import node_selector
 from kvtier.naming import lob_namespace
-from kvtier.placement import node_selector
 from kvtier.serving import HASH_SEED, L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, SERDE, env_name, l2_url
 
 Obj = Mapping[str, Any]  # a Kubernetes object as the API returns it (JSON)

@@ -36,7 +36,7 @@ def check_eks_access(ctx: Context, found: Findings) -> None:
 
 
 def check_model_buckets(ctx: Context, found: Findings) -> None:
-    """The S3 CSI driver is denied kvtier's own buckets (kvtier.constructs.addons), so a model there cannot load."""
+    """The S3 CSI driver is denied kvtier's own buckets (kvtier.constructs.eks_addons), so a model there cannot load."""
     patterns = own_bucket_patterns(ctx.env.name)
     for site in ctx.sites():
         model = site.endpoint.model

@@ -15,9 +15,9 @@ from constructs import Construct
 from kvtier.addons import addons
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ADDON_GROUPS, ExistingCluster
-from kvtier.constructs.addons import AddonContext, ClusterAddons
 from kvtier.constructs.eks import KvtierEks
 from kvtier.constructs.eks_access import EksAccess, ExistingEks
+from kvtier.constructs.eks_addons import AddonContext, ClusterAddons
 from kvtier.constructs.hyperpod import HyperPodCluster
 from kvtier.constructs.hyperpod_dependencies import (
     CHART_PATH,

@@ -7,8 +7,8 @@ import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
-from kvtier.benchdoc import write_section
 from tests.engine.scenario import Observed
+from tools.benchdoc import write_section
 
 KEY = "real-engines-cpu"
 

@@ -21,7 +21,7 @@ from kvtier.k8s.curvine.common import (
 )
 from kvtier.k8s.curvine.scripts import MASTER_INIT, script_text
 from kvtier.k8s.curvine.toml import cluster_toml
-from kvtier.placement import placement
+from kvtier.k8s.placement import placement
 
 # Journal replay on restart can take minutes (upstream chart: startupProbe failureThreshold 90 for Raft replay).
 MASTER_STARTUP_SECONDS = 900

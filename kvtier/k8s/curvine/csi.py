@@ -15,7 +15,7 @@ from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED, RESTRICTED_READ_ONLY, env_var, field_env
-from kvtier.placement import placement
+from kvtier.k8s.placement import placement
 from kvtier.sizing import CSI_PLUGIN_RESOURCES, CSI_SIDECAR_RESOURCES
 
 CSI_SOCKET_DIR = "/csi"

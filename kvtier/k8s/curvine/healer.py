@@ -17,8 +17,8 @@ from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest, env_var, field_env
 from kvtier.k8s.curvine.scripts import HEALER, script_text
+from kvtier.k8s.placement import placement
 from kvtier.naming import lob_namespace
-from kvtier.placement import placement
 from kvtier.serving import L2_CLAIM
 from kvtier.sizing import HEALER_RESOURCES
 

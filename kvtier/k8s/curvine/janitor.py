@@ -16,7 +16,7 @@ from kvtier.k8s.base import api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest, env_var
 from kvtier.k8s.curvine.scripts import JANITOR, script_text
-from kvtier.placement import placement
+from kvtier.k8s.placement import placement
 from kvtier.serving import L2_MOUNT_PATH
 from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_RESOURCES, JANITOR_TARGET_FRACTION
 

@@ -15,7 +15,7 @@ from kvtier.config.environment import Environment
 from kvtier.k8s.base import api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.toml import CLIENT_TTL_ACTION, CLIENT_TTL_MS
-from kvtier.placement import placement
+from kvtier.k8s.placement import placement
 
 # Curvine echoes PV/PVC sizes and enforces none: the capacity is nominal, large enough for any claim to bind.
 PV_CAPACITY = "1Pi"

@@ -1,0 +1,105 @@
+"""The client against the test server: connections reused, broken connections named, interrupts keep what finished.
+
+The interrupt tests run `kvtier bench` in a real subprocess and send it a real signal; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kvtier.bench.testserver import Behaviour, FakeCluster
+from kvtier.cli import main
+
+QUICK = Behaviour(cold_s=0.1, l2_s=0.1, warm_s=0.1, itl_s=0.002, output_tokens=4)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _sweep(tmp_path: Path, url: str, *extra: str) -> tuple[int, dict[str, Any]]:
+    out = tmp_path / "out"
+    argv = ["bench", "sweep", "--write-url", url, "--settle-s", "0", "--no-progress", "--no-plots", "--out", str(out)]
+    code = main([*argv, *extra])
+    path = out / "result.json"
+    return code, json.loads(path.read_text()) if path.exists() else {}
+
+
+def test_one_connection_serves_every_request(tmp_path: Path) -> None:
+    """Probe, scrapes, warm-up and 12 streamed requests share one TCP connection: no connect inside a TTFT."""
+    with FakeCluster(1, QUICK) as c:
+        code, result = _sweep(tmp_path, c.urls[0], "--lengths", "40,50,60", "--repeat", "2")
+        server = c.servers[0]
+        streamed = [e for e in server.log if e.request_id]
+    assert code == 0
+    assert len(result["requests"]) == 12 and len(streamed) == 13  # with the warm-up
+    assert server.connections == 1
+
+
+def test_a_server_without_keep_alive_still_works(tmp_path: Path) -> None:
+    """The reuse needs nothing from the server: one that closes after each answer just costs a connect each."""
+    with FakeCluster(1, Behaviour(cold_s=0.1, itl_s=0.002, output_tokens=2, keep_alive=False)) as c:
+        code, result = _sweep(tmp_path, c.urls[0], "--lengths", "40", "--no-metrics")
+        connections = c.servers[0].connections
+    assert code == 0 and all(r["ok"] for r in result["requests"])
+    assert connections == 4  # probe, warm-up, cold, reused
+
+
+def test_a_connection_reset_is_named(tmp_path: Path) -> None:
+    with FakeCluster(1, Behaviour(cold_s=0.1, itl_s=0.002, output_tokens=4, reset_after_chunks=2)) as c:
+        code, result = _sweep(tmp_path, c.urls[0], "--lengths", "40", "--no-metrics", "--no-warmup")
+    assert code == 1
+    for r in result["requests"]:
+        assert r["error_kind"] == "reset"
+        assert "closed or reset the connection after 2 chunks of generated text" in r["error"]
+        assert "ConnectionResetError" in r["error"] or "peer closed" in r["error"]
+        assert r["ttft_ms"] is not None  # measured as far as it got
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert "reset: " in summary
+
+
+def _bench_process(url: str, out: Path) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-m", "kvtier", "bench", "shared-prefix", "--url", url, "--users", "50", "--rounds", "4"]
+    argv += ["--system-tokens", "40", "--user-tokens", "8", "--question-tokens", "4", "--max-tokens", "2"]
+    argv += ["--qps", "20", "--no-progress", "--no-plots", "--out", str(out), "--salt", "sig"]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_PROXY": "*", "no_proxy": "*"}
+    return subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_writes_what_finished_and_exits_130(tmp_path: Path, sig: signal.Signals) -> None:
+    out = tmp_path / "out"
+    with FakeCluster(1, Behaviour(cold_s=0.1, warm_s=0.1, l2_s=0.1, itl_s=0.002, output_tokens=2)) as c:
+        proc = _bench_process(c.urls[0], out)
+        try:
+            deadline = time.monotonic() + 60
+            while c.servers[0].completed < 10:  # some answers went out (200 requests are planned)
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the benchmark sent nothing within 60 s"
+                time.sleep(0.05)
+            proc.send_signal(sig)
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        sent = len([e for e in c.servers[0].log if e.request_id])
+    assert proc.returncode == 130, stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["partial"] is True and result["interrupted"]["signal"] == sig.name
+    finished = len(result["requests"])
+    # 10 answers were complete on the server's side; at most --concurrency 8 of them were still being read
+    assert 10 - 8 <= finished <= sent < 200
+    # dropped: sent by the client and unfinished; some of them may not have reached the server yet
+    assert sent <= finished + result["interrupted"]["dropped_in_flight"]
+    assert all(r["ok"] for r in result["requests"])  # what finished is measured, not counted as failures
+    assert result["runs"][0]["requests"] == finished
+    assert "**Partial run**" in (out / "summary.md").read_text()
+    assert "PARTIAL: interrupted by " + sig.name in stdout
+    assert "marked partial" in stderr and "Traceback" not in stderr
