@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,23 +51,17 @@ def _unwrap(annotation: Any) -> list[Any]:
     return []
 
 
-def _model_at(root: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
-    """The model class reached by following `loc` from `root` (None when it leaves the models)."""
-    current: list[type[BaseModel]] = [root]
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        nxt: list[type[BaseModel]] = []
-        for model in current:
-            field = model.model_fields.get(part)
-            if field is not None:
-                nxt.extend(_unwrap(field.annotation))
-        if nxt:
-            current = nxt
-        else:  # a union tag or a mapping key: stay on the candidates that are models
-            named = [m for m in current if part in (m.__name__, m.__name__.lower())]
-            current = named or current
-    return current[0] if len(current) == 1 else None
+def _tagged(models: list[type[BaseModel]], part: str) -> list[type[BaseModel]]:
+    """The models of a union that `part` names: by a discriminator value (a Literal field, e.g. `source:
+    huggingface`) or by class name (pydantic's branch name for a plain union)."""
+    out = []
+    for model in models:
+        if part in (model.__name__, model.__name__.lower()) or any(
+            typing.get_origin(f.annotation) is Literal and part in typing.get_args(f.annotation)
+            for f in model.model_fields.values()
+        ):
+            out.append(model)
+    return out
 
 
 def _is_path_part(part: str | int) -> bool:
@@ -86,8 +81,9 @@ def format_path(loc: Sequence[str | int]) -> str:
     return out
 
 
-def _clean_loc(loc: Sequence[str | int], root: type[BaseModel]) -> list[str | int]:
-    """The location as the YAML spells it: without pydantic's branch names and discriminated-union tags."""
+def walk(loc: Sequence[str | int], root: type[BaseModel]) -> tuple[list[str | int], list[type[BaseModel]]]:
+    """The location as the YAML spells it (without pydantic's branch names and union tags), and the models it leads
+    to (one when the location names a model unambiguously, none below a plain value or an unknown key)."""
     out: list[str | int] = []
     current: list[type[BaseModel]] = [root]
     for part in loc:
@@ -97,14 +93,16 @@ def _clean_loc(loc: Sequence[str | int], root: type[BaseModel]) -> list[str | in
             out.append(part)
             continue
         fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        tagged = _tagged(current, part) if len(current) > 1 and not fields else []
         if fields:
             out.append(part)
             current = [model for f in fields for model in _unwrap(f.annotation)]
-        elif len(current) == 1:  # a mapping key below a model (e.g. catalog_overrides.<type>)
+        elif tagged:  # the tag of a union of models (e.g. `huggingface`): not a key the user wrote, but it says which
+            current = tagged
+        else:  # a mapping key below a model (e.g. catalog_overrides.<type>), or a key no model has
             out.append(part)
             current = []
-        # else: the tag of a union of models (e.g. `huggingface`): not a key the user wrote
-    return out
+    return out, current
 
 
 # Values quoted in messages are cut to this many characters: a message stays one readable line even when the value
@@ -127,7 +125,10 @@ def cut_quoted(text: str) -> str:
     return _QUOTED.sub(lambda m: f"'{m.group(1)[: MAX_SHOWN - 3]}...'", text)
 
 
-def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]) -> tuple[str, str, list[str | int]]:
+def _describe(
+    error: dict[str, Any], holder: type[BaseModel] | None, loc: list[str | int]
+) -> tuple[str, str, list[str | int]]:
+    """(problem, fix, location) of one pydantic error; `holder`: the model whose mapping holds the value, if known."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
     value = error.get("input")
@@ -143,9 +144,12 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
         problem, _, allowed = message.partition("; ")
         return problem, allowed or "see the example files under config/", loc
     if kind == "extra_forbidden":
-        model = _model_at(root, loc[:-1])
-        keys = ", ".join(model.model_fields) if model is not None else "see the example files under config/"
-        return f"unknown key '{loc[-1]}'", f"known keys here: {keys}", loc
+        if holder is None:
+            return f"unknown key '{loc[-1]}'", "see the example files under config/", loc
+        keys = list(holder.model_fields)
+        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown key '{loc[-1]}'", f"{hint}known keys here: {', '.join(keys)}", loc
     if kind == "missing":
         return "is required but missing", "add it (the example files under config/ show every key)", loc
     if kind in ("literal_error", "enum"):
@@ -183,8 +187,9 @@ def problems_from(
     problems: list[Problem] = []
     seen: set[str] = set()
     for error in err.errors(include_url=False):
-        loc = _clean_loc(error["loc"], root)
-        problem, allowed, where = _describe(dict(error), root, loc)
+        loc, _ = walk(error["loc"], root)
+        _, holders = walk(error["loc"][:-1], root)
+        problem, allowed, where = _describe(dict(error), holders[0] if len(holders) == 1 else None, loc)
         item = Problem(file, format_path([*prefix, *where]), cut_quoted(problem), cut_quoted(allowed))
         if item.field not in seen:  # a union reports one failure per branch: say the first, once per field
             seen.add(item.field)
