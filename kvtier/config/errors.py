@@ -156,6 +156,8 @@ def _describe(
         return f"{_display(value)} is not allowed", f"use one of {ctx.get('expected', '')}", loc
     if kind in _RANGE:
         bound = next(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)  # a float field's bound of 10000 is written as the user would: 10000, not 10000.0
         return f"{_display(value)} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
     if kind == "too_short":
         return f"{ctx.get('actual_length')} item(s) given", f"give at least {ctx.get('min_length')}", loc
