@@ -81,25 +81,39 @@ def format_path(loc: Sequence[str | int]) -> str:
     return out
 
 
+def _keyed(annotation: Any) -> bool:
+    """Whether a field holds a mapping of user-chosen keys (e.g. `models: {<id>: {...}}`), looking through Annotated
+    and Optional."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _keyed(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return any(_keyed(arg) for arg in typing.get_args(annotation))
+    return origin is dict
+
+
 def walk(loc: Sequence[str | int], root: type[BaseModel]) -> tuple[list[str | int], list[type[BaseModel]]]:
     """The location as the YAML spells it (without pydantic's branch names and union tags), and the models it leads
     to (one when the location names a model unambiguously, none below a plain value or an unknown key)."""
     out: list[str | int] = []
     current: list[type[BaseModel]] = [root]
+    key_next = False  # the previous part was a mapping field: this part is one of its keys
     for part in loc:
         if not _is_path_part(part):
             continue
-        if isinstance(part, int) or not current:
+        if isinstance(part, int) or not current or key_next:
             out.append(part)
+            key_next = False
             continue
         fields = [m.model_fields[part] for m in current if part in m.model_fields]
         tagged = _tagged(current, part) if len(current) > 1 and not fields else []
         if fields:
             out.append(part)
             current = [model for f in fields for model in _unwrap(f.annotation)]
+            key_next = any(_keyed(f.annotation) for f in fields)
         elif tagged:  # the tag of a union of models (e.g. `huggingface`): not a key the user wrote, but it says which
             current = tagged
-        else:  # a mapping key below a model (e.g. catalog_overrides.<type>), or a key no model has
+        else:  # a key no model here has
             out.append(part)
             current = []
     return out, current

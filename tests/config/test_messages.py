@@ -147,3 +147,18 @@ def test_environments_as_a_file_says_so(config_copy: Path, capsys: pytest.Captur
         f"{folder}: is a file, not a folder; move it away and create the folder environments/ with one <env>.yaml per "
         "environment"
     )
+
+
+def test_a_misspelt_key_inside_a_described_model_lists_the_shape_keys(
+    config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lob = config_copy / "lobs" / "retail.yaml"
+    lob.write_text(
+        lob.read_text()
+        + "models:\n  acme/m1: {layers: 36, attention_heads: 32, kv_heads: 8, head_dim: 128, params_billion: 8.2, "
+        "hed_dim: 1}\n"
+    )
+    assert _one_line(capsys, config_copy) == (
+        f"{lob}: models.acme/m1.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'? known keys here: layers, "
+        "attention_heads, kv_heads, head_dim, params_billion, dtype, context_length"
+    )
