@@ -43,13 +43,15 @@ def check_keys(loader: yaml.SafeLoader, root: yaml.Node) -> None:
             for key_node, value_node in node.value:
                 if key_node.tag == MERGE_TAG:
                     key: Any = "<<"
-                elif isinstance(key_node, yaml.ScalarNode):
-                    key = loader.construct_object(key_node)
                 else:
-                    kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
-                    raise yaml.constructor.ConstructorError(
-                        None, None, f"a key must be a plain value, not a {kind}", key_node.start_mark
-                    )
+                    key = loader.construct_object(key_node) if isinstance(key_node, yaml.ScalarNode) else key_node
+                    if not isinstance(key, str | int | float | bool) and key is not None:
+                        kind = {yaml.SequenceNode: "list", yaml.MappingNode: "mapping"}.get(
+                            type(key), type(key).__name__
+                        )
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"a key must be a plain value, not a {kind}", key_node.start_mark
+                        )
                 if key in seen:
                     raise yaml.constructor.ConstructorError(
                         None, None, f"key '{key}' appears twice (first on line {seen[key] + 1})", key_node.start_mark
@@ -95,7 +97,7 @@ def file_kind(mode: int) -> str:
     ):
         if test(mode):
             return name
-    return "not a regular file"
+    return "a special file"
 
 
 def read_capped(path: Path, shown_as: str, what: str = "config") -> bytes:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main as cli
-from kvtier.config.yamlio import MAX_EXPANDED_VALUES
+from kvtier.config.yamlio import MAX_EXPANDED_VALUES, read_yaml
+from kvtier.errors import ConfigError
 from kvtier.rules import load_checked
 
 
@@ -161,4 +162,17 @@ def test_a_misspelt_key_inside_a_described_model_lists_the_shape_keys(
     assert _one_line(capsys, config_copy) == (
         f"{lob}: models.acme/m1.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'? known keys here: layers, "
         "attention_heads, kv_heads, head_dim, params_billion, dtype, context_length"
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "kind"), [("[a, b]: 1\n", "list"), ("{a: 1}: 2\n", "mapping"), ("2026-01-01: x\n", "date")]
+)
+def test_a_key_that_is_not_a_plain_value_is_refused(tmp_path: Path, text: str, kind: str) -> None:
+    path = tmp_path / "k.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        read_yaml(path, "k.yaml")
+    assert str(caught.value) == (
+        f"k.yaml: line 1, column 1: is not valid YAML (a key must be a plain value, not a {kind}); fix the YAML syntax"
     )
