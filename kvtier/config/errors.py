@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import math
 import re
 import types
 import typing
@@ -191,10 +192,35 @@ def _describe(
     if kind in _TYPE_WORDS:
         if value is None:
             return "null is given", f"use {_TYPE_WORDS[kind]}", loc
+        number = _number_in_text(value) if kind in ("int_type", "float_type") else None
+        if number is not None:
+            # PyYAML reads YAML 1.1: `1e9` and `1.0e9` are strings there; only `1.0e+9` is a float (docs/references.md).
+            if kind == "float_type":
+                fix = f"write it as {number:.1e}"  # Python writes the dot and the sign: 1.0e+300
+            elif number.is_integer() and abs(number) < 1e16:
+                fix = f"write it as {int(number)}"
+            else:
+                fix = f"use {_TYPE_WORDS[kind]}"
+            return (
+                f"{_display(value)} is read as text, not a number (in YAML 1.1 an exponent needs a dot and a sign)",
+                fix,
+                loc,
+            )
         got = type(value).__name__
         article = "an" if got[0] in "aeiou" else "a"
         return f"{_display(value)} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
     return f"{_display(value)} is invalid ({error['msg']})", "see the example files under config/", loc
+
+
+def _number_in_text(value: object) -> float | None:
+    """The number a string spells in a form YAML 1.1 does not read as one (e.g. `1e9`), else None."""
+    if not isinstance(value, str) or not any(c.isdigit() for c in value):
+        return None
+    try:
+        number = float(value.replace("_", ""))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def problems_from(

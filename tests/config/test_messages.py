@@ -176,3 +176,25 @@ def test_a_key_that_is_not_a_plain_value_is_refused(tmp_path: Path, text: str, k
     assert str(caught.value) == (
         f"k.yaml: line 1, column 1: is not valid YAML (a key must be a plain value, not a {kind}); fix the YAML syntax"
     )
+
+
+@pytest.mark.parametrize(
+    ("written", "field", "fix"),
+    [("1e9", "head_dim", "write it as 1000000000"), ("1e300", "params_billion", "write it as 1.0e+300")],
+)
+def test_a_number_yaml_reads_as_text_says_so(
+    config_copy: Path, capsys: pytest.CaptureFixture[str], written: str, field: str, fix: str
+) -> None:
+    lob = config_copy / "lobs" / "retail.yaml"
+    shape = {"layers": "36", "attention_heads": "32", "kv_heads": "8", "head_dim": "128", "params_billion": "8.2"}
+    shape[field] = written
+    lob.write_text(
+        lob.read_text().replace("Qwen/Qwen3-8B", "acme/m1")
+        + "models:\n  acme/m1: {"
+        + ", ".join(f"{k}: {v}" for k, v in shape.items())
+        + "}\n"
+    )
+    assert _one_line(capsys, config_copy) == (
+        f"{lob}: models.acme/m1.{field}: '{written}' is read as text, not a number (in YAML 1.1 an exponent needs a "
+        f"dot and a sign); {fix}"
+    )
