@@ -142,9 +142,14 @@ def check_config_dir(config_dir: Path) -> None:
 
 def _check_config_dir(config_dir: Path) -> None:
     shown = str(config_dir)
-    if config_dir.is_file():
+    if config_dir.exists() and not config_dir.is_dir():
+        kind = "a file" if config_dir.is_file() else file_kind(config_dir.stat().st_mode)
         raise ConfigError(
-            [Problem(shown, "", "is a file, not a config folder", "pass the folder that holds environments/ and lobs/")]
+            [
+                Problem(
+                    shown, "", f"is {kind}, not a config folder", "pass the folder that holds environments/ and lobs/"
+                )
+            ]
         )
     if not config_dir.is_dir():
         raise ConfigError(

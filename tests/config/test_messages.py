@@ -4,6 +4,7 @@ work."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -197,4 +198,12 @@ def test_a_number_yaml_reads_as_text_says_so(
     assert _one_line(capsys, config_copy) == (
         f"{lob}: models.acme/m1.{field}: '{written}' is read as text, not a number (in YAML 1.1 an exponent needs a "
         f"dot and a sign); {fix}"
+    )
+
+
+def test_a_config_dir_that_is_a_fifo_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fifo = tmp_path / "config"
+    os.mkfifo(fifo)
+    assert _one_line(capsys, fifo) == (
+        f"{fifo}: is a named pipe (FIFO), not a config folder; pass the folder that holds environments/ and lobs/"
     )
