@@ -207,3 +207,19 @@ def test_a_config_dir_that_is_a_fifo_says_so(tmp_path: Path, capsys: pytest.Capt
     assert _one_line(capsys, fifo) == (
         f"{fifo}: is a named pipe (FIFO), not a config folder; pass the folder that holds environments/ and lobs/"
     )
+
+
+@pytest.mark.parametrize(
+    "arn",
+    [
+        "arn:aws:iam::111122223333:role/Plätform",  # a letter IAM refuses
+        "arn:aws:iam::١١١١٢٢٢٢٣٣٣٣:role/PlatformAdmin",  # Arabic-Indic digits: Python's \\d matches them
+    ],
+)
+def test_an_iam_arn_outside_ascii_is_refused(config_copy: Path, capsys: pytest.CaptureFixture[str], arn: str) -> None:
+    env = config_copy / "environments" / "dev.yaml"
+    _edit(env, "arn:aws:iam::111122223333:role/PlatformAdmin", arn)
+    assert _one_line(capsys, config_copy) == (
+        f"{env}: eks.admins[0]: '{arn}' is not an IAM principal ARN; use arn:aws:iam::<12-digit account>:role/<name> "
+        "or :user/<name>"
+    )
