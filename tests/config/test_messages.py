@@ -223,3 +223,20 @@ def test_an_iam_arn_outside_ascii_is_refused(config_copy: Path, capsys: pytest.C
         f"{env}: eks.admins[0]: '{arn}' is not an IAM principal ARN; use arn:aws:iam::<12-digit account>:role/<name> "
         "or :user/<name>"
     )
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ("account: null", 'account: "١١١١٢٢٢٢٣٣٣٣"', "account", "is not an AWS account id"),
+        ("region: us-west-2", "region: us-west-٢", "region", "is not an AWS region name"),
+    ],
+)
+def test_non_ascii_digits_are_refused_where_aws_takes_ascii(
+    config_copy: Path, capsys: pytest.CaptureFixture[str], old: str, new: str, field: str, words: str
+) -> None:
+    env = config_copy / "environments" / "dev.yaml"
+    _edit(env, old, new)
+    err = _one_line(capsys, config_copy)
+    assert err.startswith(f"{env}: {field}: "), err
+    assert words in err, err
