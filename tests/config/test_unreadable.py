@@ -116,3 +116,31 @@ def test_an_unsearchable_config_folder_is_named(restore_modes: Path) -> None:
     restore_modes.chmod(0)
     err = _one_line(*validate(restore_modes))
     assert f"{restore_modes}: folder cannot be searched (Permission denied)" in err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
+def test_read_yaml_itself_refuses_a_fifo_or_a_device(tmp_path: Path, kind: str) -> None:
+    """The reader checks the open descriptor too, so a file swapped for a pipe after the loader's checks still cannot
+    block or fill memory."""
+    path = tmp_path / "swapped.yaml"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    script = (
+        "import sys\nfrom pathlib import Path\nfrom kvtier.config.yamlio import read_yaml\nfrom kvtier.errors import "
+        "ConfigError\ntry:\n    read_yaml(Path(sys.argv[1]), 'swapped.yaml')\nexcept ConfigError as err:\n    print(err)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_S,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        preexec_fn=_limit_child,
+        check=False,
+    )
+    shown = "a named pipe (FIFO)" if kind == "fifo" else "a character device"
+    assert done.stdout.strip() == f"swapped.yaml: is {shown}, not a regular file; replace it with the config file", (
+        done.stderr[-2000:]
+    )
