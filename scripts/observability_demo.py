@@ -56,7 +56,7 @@ def write_config(folder: Path, targets: list[str], port: int) -> Path:
                 "static_configs": [
                     {
                         "targets": [t.removeprefix("http://") for t in targets],
-                        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT},
+                        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT, "kvtier_component": "engine"},
                     }
                 ],
             },
