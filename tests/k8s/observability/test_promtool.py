@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kvtier.catalog import resolve_model
+from kvtier.k8s.observability import rules
 from kvtier.k8s.observability.charts import lob_files, platform_files
 from kvtier.rules import load_checked
 from tests.k8s.observability import promtool
@@ -414,3 +415,13 @@ def test_curvine_masters_page_only_below_quorum(tmp_path: Path) -> None:
     )
     result = promtool.run("test", "rules", spec)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_with_for_changes_a_copy_only() -> None:
+    """The real-engine run's short `for:` never reaches the shipped groups."""
+    groups = rules.platform_groups(DEV.env)
+    before = yaml.safe_dump(groups)
+    short = rules.with_for(groups, "20s")
+    assert yaml.safe_dump(groups) == before
+    assert {r["for"] for g in short for r in g["rules"] if "alert" in r} == {"20s"}
+    assert all(r.get("for", "x") != "0m" for g in groups for r in g["rules"]), "every alert needs a for: > 0"
