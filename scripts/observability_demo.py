@@ -148,9 +148,9 @@ def instant(url: str, expr: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def panel_exprs(panel: PanelSpec) -> list[tuple[str, str]]:
-    """The panel's queries with the dashboard variables set to the demo endpoint."""
-    return [(q.legend, q.expr.replace("$lob", LOB).replace("$endpoint", ENDPOINT)) for q in panel.queries]
+def panel_exprs(panel: PanelSpec, lob: str = LOB, endpoint: str = ENDPOINT) -> list[tuple[str, str]]:
+    """The panel's queries with the dashboard variables set to one endpoint (the demo's by default)."""
+    return [(q.legend, q.expr.replace("$lob", lob).replace("$endpoint", endpoint)) for q in panel.queries]
 
 
 @dataclass
@@ -180,7 +180,12 @@ def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def plot(run: DemoRun, out: Path) -> None:
+DEMO_TITLE = (
+    "kvtier endpoint dashboard panels, evaluated by Prometheus 2.42 on kvtier's rules (bench test server, shared L2)"
+)
+
+
+def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, title: str = DEMO_TITLE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,7 +198,7 @@ def plot(run: DemoRun, out: Path) -> None:
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
     for ax, panel in zip(axes, panels, strict=True):
-        for legend, expr in panel_exprs(panel):
+        for legend, expr in panel_exprs(panel, lob, endpoint):
             points = query_range(run.url, expr, run.start, run.end)
             if points:
                 ax.plot([t - run.start for t, _ in points], [v for _, v in points], label=legend)
@@ -202,9 +207,7 @@ def plot(run: DemoRun, out: Path) -> None:
         ax.set_ylabel({"percentunit": "share of prompt tokens", "short": "tokens/s", "Bps": "bytes/s"}[panel.unit])
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(
-        "kvtier endpoint dashboard panels, evaluated by Prometheus 2.42 on kvtier's rules (bench test server, shared L2)"
-    )
+    fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)

@@ -33,7 +33,8 @@ def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignalsObserv
     python = os.environ.get("KVTIER_ENGINE_PYTHON")
     if not python or not Path(python).exists():
         pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
-    result = signals.run(python, tmp_path_factory.mktemp("signals"))
+    figure = os.environ.get("KVTIER_SIGNALS_FIGURE")  # e.g. docs/img/observability-endpoint.png
+    result = signals.run(python, tmp_path_factory.mktemp("signals"), Path(figure) if figure else None)
     report = os.environ.get("KVTIER_SIGNALS_REPORT")
     if report:
         Path(report).write_text(json.dumps(signals.as_json(result), indent=2, sort_keys=True), encoding="utf-8")

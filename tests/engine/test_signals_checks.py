@@ -10,7 +10,8 @@ import yaml
 
 from kvtier.k8s.observability import rules
 from tests.engine import signals
-from tests.engine.signals import ENDPOINT, SOLO, Phase
+from tests.engine.scenario import ENDPOINT
+from tests.engine.signals import SOLO, Phase
 
 
 def _record(endpoint: str, value: float) -> dict[str, object]:

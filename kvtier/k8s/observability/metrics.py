@@ -30,12 +30,13 @@ LMCACHE_LOOKUP_HITS = "lmcache:num_lookup_hits_total"
 LMCACHE_LOOKUP_REQUESTS = "lmcache:num_lookup_requests_total"  # one per lookup, a miss included
 LMCACHE_REMOTE_READ_BYTES = "lmcache:num_remote_read_bytes_total"  # L2 reads; there is no L2 hit-token counter
 LMCACHE_REMOTE_WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
+LMCACHE_REMOTE_WRITE_REQUESTS = "lmcache:num_remote_write_requests_total"  # successful L2 puts only
+LMCACHE_STORED_TOKENS = "lmcache:num_stored_tokens_total"  # every store, each also put to L2
 LMCACHE_RETRIEVE_REQUESTS = "lmcache:num_retrieve_requests_total"
 LMCACHE_STORE_REQUESTS = "lmcache:num_store_requests_total"
 LMCACHE_TIME_TO_RETRIEVE_BUCKET = "lmcache:time_to_retrieve_bucket"
 LMCACHE_TIME_TO_STORE_BUCKET = "lmcache:time_to_store_bucket"
 LMCACHE_LOCAL_CACHE_USAGE = "lmcache:local_cache_usage"  # L1 bytes
-LMCACHE_PUT_FAILED = "lmcache:put_failed_count"  # gauge, only grows: L2 writes that raised (a dead mount)
 
 # production-stack router vllm-stack-0.1.12 (src/vllm_router/services/metrics_service/__init__.py): label server.
 ROUTER_HEALTHY_PODS = "vllm:healthy_pods_total"

@@ -38,6 +38,7 @@ KV_BYTES_PER_TOKEN = "lob_endpoint:kvtier_kv_bytes_per_token:constant"
 RUNBOOK = "docs/observability.md#"  # one runbook paragraph per alert, anchored by its lowercased name
 SILENT_MISS_WINDOW = "30m"
 SILENT_MISS_MIN_LOOKUPS = 10  # LMCache lookups in the window before "every lookup missed" means anything
+LMCACHE_PUBLISH_S = 10  # LMCache publishes its counters every 10 s (docs/references.md, issue 13)
 FUSE_POD = "curvine-csi-standalone-.*"  # the CSI node plugin's FUSE pods (docs/references.md)
 
 
@@ -163,10 +164,17 @@ def _quorum(masters: int) -> int:
     return masters // 2 + 1
 
 
-def l2_writes_failing() -> str:
-    """LMCache's failed L2 writes per endpoint: `lmcache:put_failed_count` is a gauge that only grows (a count kept by
-    the remote backend), so a rise within 5 minutes means writes to the mount raise (a dead or missing mount)."""
-    return f"{_engine_sum(m.LMCACHE_PUT_FAILED, fn='delta')} > 0"
+def l2_writes_failing(scrape_interval_s: int) -> str:
+    """Per engine (`instance`): LMCache stored chunks and not one L2 write succeeded since. LMCache puts every stored
+    chunk to its remote backend and counts a remote write only when the put returned (a failed put is only logged:
+    its `put_failed_count` gauge is a callback that multiprocess metrics do not export, seen on the real engines).
+    The stores are looked at `lag` earlier, so a put that LMCache publishes one interval (10 s) later, seen one or two
+    scrapes later, is never taken for a failure."""
+    lag_s = LMCACHE_PUBLISH_S + 2 * scrape_interval_s
+    by = f"{BY_ENDPOINT}, instance"
+    stored = f"sum by ({by}) (increase({m.LMCACHE_STORED_TOKENS}{{{ENGINES}}}[5m] offset {lag_s}s))"
+    written = f"sum by ({by}) (increase({m.LMCACHE_REMOTE_WRITE_REQUESTS}{{{ENGINES}}}[{300 + lag_s}s]))"
+    return f"{stored} > 0 and on ({by}) {written} == 0"
 
 
 def platform_alerts(env: Environment) -> list[Rule]:
@@ -179,7 +187,7 @@ def platform_alerts(env: Environment) -> list[Rule]:
     alerts = [
         _alert(
             "KvtierL2WritesFailing",
-            l2_writes_failing(),
+            l2_writes_failing(obs.scrape_interval_s),
             "5m",
             "critical",
             "LMCache's writes to the L2 mount fail on an endpoint: the mount is dead or missing, L2 serves nothing",
@@ -298,7 +306,7 @@ def silent_miss(env: Environment, lob: str, endpoints: str) -> str:
         f" and on ({BY_ENDPOINT}) {_engine_sum(m.LMCACHE_LOOKUP_HITS, sel, w, 'increase')} == 0"
         f" and on ({BY_ENDPOINT}) {_engine_sum(m.LMCACHE_REMOTE_WRITE_BYTES, sel, w, 'increase')} > 0"
         f" and on ({BY_ENDPOINT}) ({long_prompts_flowing(env, lob, endpoints)} > 0)"
-        f" unless on ({BY_ENDPOINT}) ({l2_writes_failing()})"
+        f" unless on ({BY_ENDPOINT}) ({l2_writes_failing(env.observability.scrape_interval_s)})"
     )
 
 

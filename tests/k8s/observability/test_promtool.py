@@ -72,10 +72,18 @@ SILENT_MISS_WORLD = [
 
 # alert -> (series where it fires, labels of the alert besides its own, series where it does not, eval time)
 ALERT_CASES: dict[str, tuple[list[tuple[str, str]], dict[str, str], list[tuple[str, str]], str]] = {
-    "KvtierL2WritesFailing": (  # LMCache's failed-put gauge grows: the mount is gone
-        [(f"lmcache:put_failed_count{{{ENG}}}", "0+3x30")],
-        EP_LABELS,
-        [(f"lmcache:put_failed_count{{{ENG}}}", "5x30")],  # failures long ago, none now
+    "KvtierL2WritesFailing": (  # LMCache keeps storing chunks, not one L2 put succeeds: the mount is gone
+        [
+            (f'lmcache:num_stored_tokens_total{{{ENG}, instance="a:8000"}}', "0+1024x30"),
+            (f'lmcache:num_remote_write_requests_total{{{ENG}, instance="a:8000"}}', "40x30"),
+            (f'lmcache:num_stored_tokens_total{{{ENG}, instance="b:8000"}}', "0+1024x30"),  # b's mount works
+            (f'lmcache:num_remote_write_requests_total{{{ENG}, instance="b:8000"}}', "0+4x30"),
+        ],
+        {**EP_LABELS, "instance": "a:8000"},
+        [
+            (f'lmcache:num_stored_tokens_total{{{ENG}, instance="a:8000"}}', "0+1024x30"),
+            (f'lmcache:num_remote_write_requests_total{{{ENG}, instance="a:8000"}}', "0+4x30"),
+        ],
         "15m",
     ),
     "KvtierFusePodRestarted": (
@@ -199,6 +207,22 @@ ALERT_CASES: dict[str, tuple[list[tuple[str, str]], dict[str, str], list[tuple[s
 
 # Worlds that must stay quiet for another reason than the one above.
 EXTRA_QUIET: dict[str, list[tuple[list[tuple[str, str]], str]]] = {
+    "KvtierL2WritesFailing": [
+        (  # an idle engine: nothing stored, nothing written
+            [
+                (f'lmcache:num_stored_tokens_total{{{ENG}, instance="a:8000"}}', "1024x30"),
+                (f'lmcache:num_remote_write_requests_total{{{ENG}, instance="a:8000"}}', "4x30"),
+            ],
+            "15m",
+        ),
+        (  # the first store of a fresh engine: its L2 put is published up to 10 s later (LMCache's interval)
+            [
+                (f'lmcache:num_stored_tokens_total{{{ENG}, instance="a:8000"}}', "0x10 1024x20"),
+                (f'lmcache:num_remote_write_requests_total{{{ENG}, instance="a:8000"}}', "0x11 4x19"),
+            ],
+            "11m",
+        ),
+    ],
     "KvtierL2SilentMiss": [
         (  # a hot prefix in L0/L1 or one replica: L2 never read, but lookups hit (the old rule paged here)
             [
@@ -226,11 +250,13 @@ EXTRA_QUIET: dict[str, list[tuple[list[tuple[str, str]], str]]] = {
             ],
             "45m",
         ),
-        (  # writes fail: that is KvtierL2WritesFailing, not a silent miss
+        (  # writes fail (stores go on, no L2 put succeeds): that is KvtierL2WritesFailing, not a silent miss
             [
-                *SILENT_MISS_WORLD,
+                *[(s, v) for s, v in SILENT_MISS_WORLD if "write" not in s],
+                (f"lmcache:num_remote_write_bytes_total{{{ENG}}}", f"0+{KV * 256}x20 {KV * 256 * 20}x40"),
+                (f"lmcache:num_remote_write_requests_total{{{ENG}}}", "0+1x20 20x40"),
+                (f"lmcache:num_stored_tokens_total{{{ENG}}}", "0+256x60"),
                 (f"lmcache:num_lookup_hits_total{{{ENG}}}", "0x60"),
-                (f"lmcache:put_failed_count{{{ENG}}}", "0+2x60"),
             ],
             "45m",
         ),
