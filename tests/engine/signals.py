@@ -518,6 +518,12 @@ def as_json(observed: SignalsObserved) -> dict[str, Any]:
                     t: [e for e, n in q if n == 0] for t, q in p.panels.items() if any(n == 0 for _, n in q)
                 },
                 "variables": p.variables,
+                "tier_shares": {
+                    f"{s['metric'].get('kvtier_endpoint')}/{record.split(':')[1]}": round(float(s["value"][1]), 3)
+                    for record, series in p.records.items()
+                    if record.endswith(":ratio5m") and record.startswith("lob_endpoint:")
+                    for s in series
+                },
                 "rule_health": p.rule_health,
                 "seconds": round(p.seconds, 1),
             }
