@@ -1,9 +1,10 @@
 """A real Prometheus (Debian's `prometheus` package) scraping kvtier's bench test server on 127.0.0.1 and evaluating
 kvtier's recording rules, while a small workload runs: cold prompts to server A, the same to B (L2 hits through
 the shared store), then again to A (GPU-cache hits). Used by tests/k8s/observability/test_prometheus.py, and run by hand
-to draw docs/img/observability-endpoint.png from the endpoint dashboard's panels:
+to draw the endpoint dashboard's panels over the test server (docs/img/observability-endpoint.png is drawn the same
+way from real engines by tests/engine/signals.py):
 
-    .venv/bin/python scripts/observability_demo.py docs/img/observability-endpoint.png
+    .venv/bin/python scripts/observability_demo.py observability-demo.png
 
 Prometheus listens on 127.0.0.1 only, runs at most `PROMETHEUS_BUDGET_S` and is stopped by its PID on every path.
 """
@@ -214,7 +215,7 @@ def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, titl
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/img/observability-endpoint.png")
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "observability-demo.png")
     with demo() as run:
         plot(run, target)
     print(f"wrote {target}")
