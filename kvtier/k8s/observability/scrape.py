@@ -20,7 +20,12 @@ from kvtier.naming import lob_namespace
 API_VERSION = "monitoring.coreos.com/v1"
 JANITOR_COMPONENT = "l2-janitor"  # pod label kvtier.io/component of the janitor pods
 JANITOR_METRICS_PORT = 9400
-ENGINE_POD_LABEL = "app"  # operator and standalone engine pods: app=<endpoint>
+# Operator engine pods carry only what the operator sets, `app=<endpoint>` (standalone ones add kvtier.io/component:
+# engine); the router and janitor pods of the LOB carry kvtier.io/component, so the engine monitor selects
+# `app In <endpoints>` minus those, and every LOB monitor stamps its series with `kvtier_component` (engine, router,
+# janitor): rules select engines by that label, never by "has the endpoint label" (the router has it too).
+ENGINE_POD_LABEL = "app"
+NOT_ENGINE_COMPONENTS = ("router", JANITOR_COMPONENT)
 # Ports the LOB monitors scrape: engines and routers (the same 8000), janitors.
 LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_CONTAINER_PORT, JANITOR_METRICS_PORT}))
 
@@ -33,6 +38,10 @@ def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
         "replacement": "$1",
         "action": "replace",
     }
+
+
+def _component(value: str) -> dict[str, Any]:
+    return {"targetLabel": m.COMPONENT, "replacement": value, "action": "replace"}
 
 
 def _lob_labels(*, endpoint: bool) -> list[dict[str, Any]]:
@@ -82,9 +91,14 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
             "kvtier-engines",
             namespace,
             obs,
-            {"matchExpressions": [{"key": ENGINE_POD_LABEL, "operator": "In", "values": endpoints}]},
+            {
+                "matchExpressions": [
+                    {"key": ENGINE_POD_LABEL, "operator": "In", "values": endpoints},
+                    {"key": COMPONENT_LABEL, "operator": "NotIn", "values": list(NOT_ENGINE_COMPONENTS)},
+                ]
+            },
             port=ENGINE_PORT,
-            relabelings=_lob_labels(endpoint=True),
+            relabelings=[*_lob_labels(endpoint=True), _component(m.ENGINE_COMPONENT)],
         ),
         pod_monitor(
             "kvtier-janitor",
@@ -92,7 +106,7 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
             obs,
             {"matchLabels": {COMPONENT_LABEL: JANITOR_COMPONENT}},
             port=JANITOR_METRICS_PORT,
-            relabelings=[],  # the janitor labels its series with `lob` itself
+            relabelings=[_component(m.JANITOR_COMPONENT)],  # the janitor labels its series with `lob` itself
         ),
     ]
     if any(e.mode == "standalone" for e in lob.endpoints):
@@ -106,6 +120,7 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
                 relabelings=[
                     *_lob_labels(endpoint=False),
                     _relabel("__meta_kubernetes_pod_label_kvtier_io_endpoint", m.ENDPOINT),
+                    _component(m.ROUTER_COMPONENT),
                 ],
             )
         )
@@ -139,7 +154,7 @@ def curvine_monitors(obs: ObservabilityConfig) -> list[dict[str, Any]]:
                         "path": "/metrics",
                         "interval": f"{obs.scrape_interval_s}s",
                         "relabelings": [
-                            {"targetLabel": m.COMPONENT, "replacement": "fuse", "action": "replace"},
+                            _component("fuse"),
                             node,
                         ],
                     }
