@@ -13,7 +13,7 @@ from typing import Any
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.observability import ObservabilityConfig
 from kvtier.k8s.curvine import names as curvine
-from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_CONTAINER_PORT
+from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_METRICS_PORT
 from kvtier.k8s.observability import metrics as m
 from kvtier.naming import lob_namespace
 
@@ -22,7 +22,7 @@ JANITOR_COMPONENT = "l2-janitor"  # pod label kvtier.io/component of the janitor
 JANITOR_METRICS_PORT = 9400
 ENGINE_POD_LABEL = "app"  # operator and standalone engine pods: app=<endpoint>
 # Ports the LOB monitors scrape: engines and routers (the same 8000), janitors.
-LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_CONTAINER_PORT, JANITOR_METRICS_PORT}))
+LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_METRICS_PORT, JANITOR_METRICS_PORT}))
 
 
 def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
@@ -102,7 +102,7 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
                 namespace,
                 obs,
                 {"matchLabels": {COMPONENT_LABEL: "router"}},
-                port=ROUTER_CONTAINER_PORT,
+                port=ROUTER_METRICS_PORT,  # vllm-router's Prometheus exporter, not its API port
                 relabelings=[
                     *_lob_labels(endpoint=False),
                     _relabel("__meta_kubernetes_pod_label_kvtier_io_endpoint", m.ENDPOINT),
