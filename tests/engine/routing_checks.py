@@ -5,6 +5,8 @@
 - `session`: every session's requests reach one engine, and the sessions use both;
 - `prefixaware`: every round of a prefix reaches the engine of its first round, and each later request (prefix and
   chat) finds at least its shared tokens' whole blocks cached;
+- every strategy: `kvtier bench --router-metrics-url` names the engine that served each request (one at a time);
+  in round robin they alternate, in session routing each user keeps one;
 - every strategy, with the shared L2: each later request finds at least its shared tokens' whole LMCache chunks
   cached, wherever it lands; and prefixaware keeps at least as many hits in L0 as roundrobin.
 """
@@ -92,3 +94,21 @@ def prefix_keeps_l0(observed: RoutingObserved) -> None:
     assert prefix.chat_tiers["l0"] >= rr.chat_tiers["l0"], (
         f"prefixaware kept {prefix.chat_tiers['l0']:.0f} L0 hit tokens, roundrobin {rr.chat_tiers['l0']:.0f}"
     )
+
+
+def bench_names_replicas(observed: RoutingObserved, strategy: str) -> None:
+    run = _run(observed, strategy)
+    workers = set(observed.engine_urls.values())
+    named = [r.get("replica") for r in run.bench]
+    assert run.bench and all(name in workers for name in named), (
+        f"{strategy}: kvtier bench named replicas {named}; the engines are {sorted(workers)}"
+    )
+    if strategy == "roundrobin":
+        repeats = [i for i in range(1, len(named)) if named[i] == named[i - 1]]
+        assert not repeats, f"roundrobin: kvtier bench saw consecutive requests on one replica: {named}"
+    if strategy == "session":
+        by_user: dict[str, set[str | None]] = defaultdict(set)
+        for r in run.bench:
+            by_user[str(r["tags"].get("user"))].add(r.get("replica"))
+        moved = {u: v for u, v in by_user.items() if len(v) != 1}
+        assert not moved, f"session: kvtier bench saw users on several replicas: {moved}"

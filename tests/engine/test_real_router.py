@@ -67,3 +67,8 @@ def test_shared_l2_serves_every_stored_chunk_wherever_a_request_lands(observed: 
 
 def test_prefixaware_keeps_more_in_l0_than_roundrobin(observed: RoutingObserved) -> None:
     routing_checks.prefix_keeps_l0(observed)
+
+
+@pytest.mark.parametrize("strategy", list(ROUTER_POLICY))
+def test_bench_names_the_replica_that_served_each_request(observed: RoutingObserved, strategy: str) -> None:
+    routing_checks.bench_names_replicas(observed, strategy)

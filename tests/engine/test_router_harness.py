@@ -75,10 +75,14 @@ def _good() -> RoutingObserved:
             prefix=[_sent(f"p{i}", r, "A", 576 if r else 0, 600 if r else 0) for r in range(4) for i in range(3)],
         ),
     }
+    urls = {"A": "http://127.0.0.1:1001", "B": "http://127.0.0.1:1002"}
+    runs["roundrobin"].bench = [{"replica": urls["AB"[i % 2]], "tags": {"user": i % 3}} for i in range(6)]
+    runs["session"].bench = [{"replica": urls["AB"[i % 3 == 2]], "tags": {"user": i % 3}} for i in range(6)]
+    runs["prefixaware"].bench = [{"replica": urls["B"], "tags": {"user": i % 3}} for i in range(6)]
     for run in runs.values():
         run.probes = {"/readiness": 200, "/liveness": 200}
         run.chat_tiers = {"l0": 100.0 if run.strategy != "roundrobin" else 90.0, "external": 0.0, "prompt": 200.0}
-    return RoutingObserved(runs=runs, block_tokens=32, chunk_tokens=256)
+    return RoutingObserved(runs=runs, engine_urls=urls, block_tokens=32, chunk_tokens=256)
 
 
 def test_checks_accept_what_a_working_router_shows() -> None:
@@ -86,6 +90,7 @@ def test_checks_accept_what_a_working_router_shows() -> None:
     for strategy in ROUTER_POLICY:
         routing_checks.probes_answer(observed, strategy)
         routing_checks.pool_hits(observed, strategy)
+        routing_checks.bench_names_replicas(observed, strategy)
     routing_checks.round_robin_alternates(observed)
     routing_checks.sessions_stick(observed)
     routing_checks.prefix_stays(observed)
@@ -129,3 +134,16 @@ def test_checks_fail_when_a_probe_path_does_not_answer() -> None:
     observed.runs["session"].probes = {"/readiness": 200, "/liveness": 404}
     with pytest.raises(AssertionError, match="probe paths"):
         routing_checks.probes_answer(observed, "session")
+
+
+def test_checks_fail_when_the_bench_cannot_name_or_misnames_replicas() -> None:
+    observed = _good()
+    observed.runs["prefixaware"].bench[2]["replica"] = None
+    with pytest.raises(AssertionError, match="named replicas"):
+        routing_checks.bench_names_replicas(observed, "prefixaware")
+    observed.runs["roundrobin"].bench[1]["replica"] = observed.runs["roundrobin"].bench[0]["replica"]
+    with pytest.raises(AssertionError, match="consecutive requests on one replica"):
+        routing_checks.bench_names_replicas(observed, "roundrobin")
+    observed.runs["session"].bench[3]["replica"] = "http://127.0.0.1:1002"  # user 0 on both
+    with pytest.raises(AssertionError, match="users on several replicas"):
+        routing_checks.bench_names_replicas(observed, "session")

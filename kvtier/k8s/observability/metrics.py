@@ -35,7 +35,6 @@ LMCACHE_LOCAL_CACHE_USAGE = "lmcache:local_cache_usage"  # L1 bytes
 # vllm-router 0.1.17 (its Prometheus exporter, --prometheus-port): worker health per `worker`, errors per route.
 ROUTER_WORKER_HEALTH = "vllm_router_worker_health"
 ROUTER_REQUEST_ERRORS = "vllm_router_request_errors_total"
-ROUTER_PROCESSED = "vllm_router_processed_requests_total"  # per `worker`: which replica served
 
 # Curvine v0.4.1 (curvine-master/src/master/master_metrics.rs, curvine-worker/src/worker/worker_metrics.rs): no prefix.
 CURVINE_CAPACITY = "capacity"

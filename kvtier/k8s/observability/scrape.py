@@ -3,7 +3,7 @@
 Per LOB namespace: engines (vLLM + LMCache on the engine port), standalone routers, the L2 janitor. In `curvine`:
 masters and workers (their web ports serve /metrics), and the FUSE pods through kvtier's headless Service (the node
 plugin builds those pods without ports). kube-state-metrics is scraped by kube-prometheus-stack itself.
-The LOB network policy admits scrapers on exactly the LOB ports below (LOB_SCRAPE_PORTS, kvtier.k8s.isolation).
+The LOB network policy admits scrapers on exactly the LOB ports below (lob_scrape_ports, kvtier.k8s.isolation).
 """
 
 from __future__ import annotations
@@ -23,6 +23,12 @@ JANITOR_METRICS_PORT = 9400
 ENGINE_POD_LABEL = "app"  # operator and standalone engine pods: app=<endpoint>
 # Ports the LOB monitors scrape: engines and routers (the same 8000), janitors.
 LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_METRICS_PORT, JANITOR_METRICS_PORT}))
+
+
+def lob_scrape_ports(lob: LineOfBusiness) -> tuple[int, ...]:
+    """The ports scraped in one LOB: the router's only where a standalone endpoint runs one."""
+    routers = any(e.mode == "standalone" for e in lob.endpoints)
+    return tuple(p for p in LOB_SCRAPE_PORTS if routers or p != ROUTER_METRICS_PORT)
 
 
 def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
