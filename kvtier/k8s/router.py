@@ -78,10 +78,13 @@ def router_args(lob: str, endpoint: Endpoint) -> list[str]:
     ]
 
 
-# The router's own probe endpoints (0.1.17): /liveness answers while the process runs, /readiness once it has
-# healthy workers; the real-router test checks both answer 200 in front of real engines.
+# The router's own probe endpoints (0.1.17); the real-router test checks both answer 200 in front of real engines.
+# It listens only once the workers it starts with are healthy (up to --worker-startup-timeout-secs, 600 s by
+# default), so a startup probe covers that wait before liveness counts.
 LIVENESS_PATH = "/liveness"
 READINESS_PATH = "/readiness"
+WORKER_STARTUP_TIMEOUT_S = 600
+STARTUP_PERIOD_S = 10
 
 
 def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -147,6 +150,9 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                                     "requests": {"cpu": "500m", "memory": memory},
                                     "limits": {"cpu": "2", "memory": memory},
                                 },
+                                "startupProbe": _probe(
+                                    LIVENESS_PATH, STARTUP_PERIOD_S, WORKER_STARTUP_TIMEOUT_S // STARTUP_PERIOD_S + 6
+                                ),
                                 "readinessProbe": _probe(READINESS_PATH, 5, 3),
                                 "livenessProbe": _probe(LIVENESS_PATH, 15, 4),
                                 "securityContext": container_security_context(read_only_root=True),
