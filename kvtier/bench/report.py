@@ -64,9 +64,35 @@ def markdown(result: BenchResult, plots: Sequence[str] = ()) -> str:
     lines += _errors(result)
     lines += _details(result)
     lines += _cache(result.cache)
+    lines += _replicas(result)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _replicas(result: BenchResult) -> list[str]:
+    """Per request, the replica that served it (with --router-metrics-url; from the router's per-replica counter)."""
+    if not result.settings.get("router_metrics_url"):
+        return []
+    rows = [
+        [
+            str(r.index),
+            r.run,
+            r.replica or "unknown",
+            ms(r.ttft_ms),
+            str(r.cached_tokens if r.cached_tokens is not None else ""),
+        ]
+        for r in result.records
+    ]
+    return [
+        "",
+        "## Which replica served each request",
+        "",
+        "From the router's `vllm_router_processed_requests_total{worker}`, read before and after each request that ran "
+        "alone; `unknown`: it overlapped another request.",
+        "",
+        *table(["request", "run", "replica", "TTFT ms", "cached tokens"], rows),
+    ]
 
 
 def _errors(result: BenchResult) -> list[str]:

@@ -43,6 +43,7 @@ class RunOptions:
     label: str | None = None
     percentiles: tuple[float, ...] = PERCENTILES
     slo_ms: dict[str, float] | None = None  # goodput bounds: ttft, tpot, e2e
+    router_metrics_url: str | None = None  # the router's Prometheus port: record which replica served each request
 
 
 def run_workload(workload: Workload, options: RunOptions) -> BenchResult:
@@ -95,7 +96,12 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         maker = PromptMaker(options.seed, options.salt)
         ctx = Context(model, options.api, maker, ignore_eos=options.ignore_eos, percentiles=options.percentiles)
         with Tracker(options.progress, f"{workload.name} {options.salt}", workload.planned()) as tracker:
-            session = Session(timeout_s=options.timeout_s, tracker=tracker, client=client)
+            session = Session(
+                timeout_s=options.timeout_s,
+                tracker=tracker,
+                client=client,
+                router_metrics_url=options.router_metrics_url,
+            )
             work = asyncio.create_task(workload.run(session, ctx))
             with _stop_on_signals(work, interrupt):
                 try:
@@ -116,6 +122,7 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         "metrics_urls": scraped,
         "percentiles": list(options.percentiles),
         "slo_ms": options.slo_ms,
+        "router_metrics_url": options.router_metrics_url,
         "group_by": workload.group_by,
         "throughput_over": "busy" if workload.busy_time else "span",
     }

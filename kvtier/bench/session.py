@@ -14,6 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from kvtier.bench.client import send
 from kvtier.bench.records import Request, RequestRecord
+from kvtier.bench.replicas import served_counts, single_mover
 
 
 class Tracker:
@@ -53,13 +54,23 @@ class Tracker:
 
 
 class Session:
-    def __init__(self, *, timeout_s: float, tracker: Tracker, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        tracker: Tracker,
+        client: httpx.AsyncClient | None = None,
+        router_metrics_url: str | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.tracker = tracker
         self.client = client or new_client(timeout_s)
         self.origin = time.perf_counter()
         self.records: list[RequestRecord] = []
         self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
+        self.router_metrics_url = router_metrics_url  # the router's Prometheus port: which replica served (replicas.py)
+        self.in_flight = 0
+        self.started = 0  # requests started so far: one that started while another ran spoils both attributions
 
     async def __aenter__(self) -> Session:
         return self
@@ -74,10 +85,24 @@ class Session:
 
     async def one(self, req: Request) -> RequestRecord:
         self.sent += 1
-        record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        alone = self.router_metrics_url is not None and self.in_flight == 0
+        self.in_flight += 1
+        self.started += 1
+        mine = self.started
+        try:
+            before = await self._served() if alone else None
+            record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        finally:
+            self.in_flight -= 1
+        if alone and self.started == mine:  # nothing else started while it ran
+            record.replica = single_mover(before, await self._served())
         self.records.append(record)
         self.tracker.done(record)
         return record
+
+    async def _served(self) -> dict[str, float] | None:
+        assert self.router_metrics_url is not None
+        return await served_counts(self.client, self.router_metrics_url, timeout_s=min(self.timeout_s, 5.0))
 
     async def unrecorded(self, req: Request) -> RequestRecord:
         """Send a request that is not part of any run (a warm-up): measured, but not in `records`."""

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvtier.bench.replicas import replica_summary
 from kvtier.bench.result import BenchResult
 
 WIDTH = 80
@@ -262,7 +263,20 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
     lines += sweep_table(result, wide)
     lines += detail_lines(result, wide)
     lines += cache_lines(result.cache, wide)
+    lines += replica_lines(result, width)
     return lines
+
+
+def replica_lines(result: BenchResult, width: int | None) -> list[str]:
+    """Requests per replica, from the router's counter (only with --router-metrics-url)."""
+    if not result.settings.get("router_metrics_url"):
+        return []
+    summary = replica_summary(result.records)
+    served = ", ".join(f"{replica} {count}" for replica, count in summary["per_replica"].items()) or "none known"
+    text = f"served by (router metrics): {served}"
+    if summary["unknown"]:
+        text += f"; {summary['unknown']} overlapped another request or were not counted (replica unknown)"
+    return wrap(text, width)
 
 
 def partial_note(result: BenchResult) -> str:
