@@ -302,3 +302,30 @@ def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -
     assert "prefixaware*" in output  # simulate's table
     assert "speedup" in output  # bench sweep's summary
     assert list((clone / "bench-results").glob("sweep-*/result.json"))
+
+
+def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_before_the_bench(tmp_path: Path) -> None:
+    """An earlier run's test server still holds 8101: the new one says so in one line and the block stops, instead
+    of benchmarking the old server."""
+    from kvtier.bench.testserver import FakeCluster
+
+    block = try_it_block()
+    steps = block[block.index("python -m kvtier.bench.testserver") :]
+    assert "kvtier bench sweep" in steps and "kill -0 $SERVER" in steps
+    with FakeCluster(1) as old:
+        steps = steps.replace("8101", str(old.servers[0].port)).replace("8102", str(free_ports(1)[0]))
+        env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", steps],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            output, _ = process.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        assert old.servers[0].requests == 0  # the old server was not benchmarked
+    assert process.returncode != 0, output
+    assert f"cannot listen on 127.0.0.1 port {old.servers[0].port}: address already in use" in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "bench-results").exists()
