@@ -141,8 +141,15 @@ def _discover_model(probes: list[Probe]) -> str:
     for p in probes:
         if p.models:
             return p.models[0]
-    told = "; ".join(f"{p.url}: {p.error or 'no models listed'}" for p in probes)
-    raise UsageError(f"cannot read the model name from GET /v1/models ({told}); pass --model")
+    answered = [p for p in probes if p.answered]
+    if any(p.error is None for p in answered):  # an OpenAI-style model list, but an empty one
+        listed = ", ".join(p.url for p in answered if p.error is None)
+        raise UsageError(f"GET /v1/models at {listed} lists no model; pass the served model's name with --model")
+    told = "; ".join(f"{p.url}/v1/models answered {p.error}" for p in answered)
+    raise UsageError(
+        f"not an OpenAI-compatible server: {told}; point the URL at vLLM or its router (the port of its OpenAI "
+        "API, /v1/completions), not at another service"
+    )
 
 
 def _probe_json(p: Probe) -> dict[str, Any]:

@@ -61,7 +61,7 @@ class Behaviour:
     # stats thread publishes them (every 10 s in LMCache 0.4.3, docs/references.md); 0: at once.
     lmcache_publish_s: float = 0.0
     usage: bool = True  # send `usage` in the last chunk
-    model: str = "kvtier/fake-model"
+    model: str = "kvtier/fake-model"  # "": GET /v1/models lists none
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
     reset_after_chunks: int | None = None  # abort the connection (TCP RST) after this many text chunks
 
@@ -243,7 +243,10 @@ class FakeServer:
         b = self.behaviour
         keep = b.keep_alive and headers.get("connection", "").lower() != "close"
         if method == "GET" and path == "/v1/models":
-            models = {"object": "list", "data": [{"id": b.model, "object": "model", "root": "/models/fake"}]}
+            models = {
+                "object": "list",
+                "data": [{"id": b.model, "object": "model", "root": "/models/fake"}] if b.model else [],
+            }
             await _respond(writer, 200, models, keep=keep)
         elif method == "GET" and path == "/metrics":
             if b.metrics:
