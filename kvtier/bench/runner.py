@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvtier.bench.client import Probe, probe
-from kvtier.bench.metrics import cache_report, scrape_all
+from kvtier.bench.metrics import cache_report, note_unseen, scrape_all
 from kvtier.bench.prompts import PromptMaker
 from kvtier.bench.records import Api
 from kvtier.bench.result import BenchResult
@@ -119,6 +119,8 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         "group_by": workload.group_by,
         "throughput_over": "busy" if workload.busy_time else "span",
     }
+    cache = [cache_report(b, a) for b, a in zip(before, after, strict=True)]
+    note_unseen(cache, sum(1 for r in session.records if r.ok))
     interrupted = None
     if interrupt.signal is not None:
         interrupted = {"signal": interrupt.signal, "dropped_in_flight": session.sent - len(session.records)}
@@ -129,7 +131,7 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         settings=settings,
         run_order=list(workload.runs),
         records=session.records,
-        cache=[cache_report(b, a) for b, a in zip(before, after, strict=True)],
+        cache=cache,
         details=workload.details(session.records, ctx),
         probes=[_probe_json(p) for p in probes],
         label=options.label,

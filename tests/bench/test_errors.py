@@ -329,3 +329,12 @@ def test_an_openai_server_with_no_model_asks_for_model(tmp_path: Path, capsys: p
         code, _ = _sweep(tmp_path, c.urls[0])
     assert code == 2
     assert "lists no model; pass the served model's name with --model" in capsys.readouterr().err
+
+
+def test_a_metrics_url_that_saw_none_of_the_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster(2, QUICK) as c:  # the run goes to the first server, --metrics-url names the second
+        code, result = _sweep(tmp_path, c.urls[0], None, "--metrics-url", c.urls[1])
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{c.urls[1]} counted none of this run's 4 answered requests" in out
+    assert any("counted none" in n for n in result["cache"][0]["notes"])
