@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from kvtier.bench.metrics import (
     Scrape,
@@ -135,7 +136,7 @@ def test_unreachable_metrics_are_a_note() -> None:
     assert report["notes"] == ["cannot read u/metrics: HTTP 404"]
 
 
-def _report(url: str, l0: tuple[int, int], external: tuple[int, int], lookup: tuple[int, int]) -> dict[str, object]:
+def _report(url: str, l0: tuple[int, int], external: tuple[int, int], lookup: tuple[int, int]) -> dict[str, Any]:
     """A report from two real scrapes whose counters moved by the given (hits, queries) per tier."""
     names = {
         "vllm:prefix_cache": l0,
