@@ -40,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
+MAX_LINE = 1000  # characters of one error line on stderr; a message that long has its lists capped at the source
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -80,9 +81,17 @@ def _parse_for_json(parser: argparse.ArgumentParser, words: list[str]) -> argpar
 
 def _fail(args: argparse.Namespace, message: str, code: int, problems: Sequence[object] | None = None) -> None:
     """The error line on stderr; with --json also a JSON object on stdout, so a script reads every outcome there."""
-    print(f"kvtier {args.command}: {message}", file=sys.stderr)
+    print("\n".join(_cap(f"kvtier {args.command}: {line}") for line in message.splitlines()), file=sys.stderr)
     if getattr(args, "json", False):
         _print_error_json(args.command, message, code, problems)
+
+
+def _cap(line: str) -> str:
+    """A line a person can read: cut past MAX_LINE characters, saying how much and where the whole message is."""
+    if len(line) <= MAX_LINE:
+        return line
+    kept = MAX_LINE - 100
+    return f"{line[:kept]} ... ({len(line) - kept:,} more characters; --json prints the whole message)"
 
 
 def _print_error_json(command: str | None, message: str, code: int, problems: Sequence[object] | None) -> None:
