@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-import kvtier.simulate.plots as plots
 from kvtier.cli import main
+from kvtier.simulate import plots
 from tests.support import ROOT
 
 PNG = b"\x89PNG\r\n\x1a\n"
