@@ -20,6 +20,7 @@ def main() -> int:
     if sys.flags.optimize != 1 or sys.dont_write_bytecode:
         print("compile-optimized: run with `python -O` and without PYTHONDONTWRITEBYTECODE", file=sys.stderr)
         return 2
+    print("compile-optimized: writing the -O bytecode a synth loads (about 10 s) ...", flush=True)
     import kvtier
 
     for module in pkgutil.walk_packages(kvtier.__path__, "kvtier."):
