@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import os
@@ -28,7 +29,8 @@ import pytest
 import yaml
 
 from kvtier.cli import build_parser
-from tests.support import ROOT
+from tests.support import ROOT, shared_path
+from tools import docsamples
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"bash", "sh", "shell"}  # every line is a command
@@ -262,6 +264,11 @@ def try_it_block() -> str:
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+def README_TRY_IT_PROSE() -> list[str]:  # noqa: N802
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Try it without AWS", 1)[1].split("\n## ", 1)[0].split("```", 2)[2].split()
+
+
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -302,6 +309,12 @@ def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -
     assert "prefixaware*" in output  # simulate's table
     assert "speedup" in output  # bench sweep's summary
     assert list((clone / "bench-results").glob("sweep-*/result.json"))
+    # What the README says the block shows is what it shows.
+    skipped = re.search(
+        r"\((\d+) of the (\d+) requests are longer than `max_model_len`", " ".join(README_TRY_IT_PROSE())
+    )
+    assert skipped, "the README no longer says how many requests simulate skips"
+    assert f"skipped {skipped[1]} of {skipped[2]} requests" in " ".join(output.split())
 
 
 def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_before_the_bench(tmp_path: Path) -> None:
@@ -329,3 +342,32 @@ def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_befo
     assert f"cannot listen on 127.0.0.1 port {old.servers[0].port}: address already in use" in output
     assert "Traceback" not in output
     assert not (tmp_path / "bench-results").exists()
+
+
+SAMPLES = [sample for page in docsamples.PAGES for sample in docsamples.samples(page)]
+
+
+def test_the_docs_sample_outputs_are_found() -> None:
+    where = {s.where.split(":")[0] for s in SAMPLES}
+    assert {"docs/configuration.md", "docs/planning.md"} <= where
+    (validate,) = [s for s in SAMPLES if s.where.startswith("docs/configuration.md")]
+    assert validate.edits == (("environments/dev.yaml", "hyperpod.tiered_storage.memory_percent", "10"),)
+    assert validate.commands == ("$ kvtier validate -e dev", "$ echo $?")
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where)
+def test_every_sample_output_is_what_the_tool_prints(sample: docsamples.Sample) -> None:
+    """Each `$ kvtier ...` block of the docs, run as written: a change of output or numbers fails here until
+    `python -m tools.docsamples --write` updates the page."""
+    needs_trace = any(docsamples.FULL_TRACE in c for c in sample.commands)
+    trace_dir = shared_path(f"data/traces/{docsamples.FULL_TRACE}").parent if needs_trace else None
+    assert docsamples.run(sample, trace_dir) == docsamples.normalise(sample.text), (
+        f"{sample.where}: the sample no longer matches the tool; run python -m tools.docsamples --write"
+    )
+
+
+def test_a_drifted_sample_is_caught() -> None:
+    (validate,) = [s for s in SAMPLES if s.where.startswith("docs/configuration.md")]
+    unedited = dataclasses.replace(validate, edits=())  # the shipped dev.yaml is valid: the output differs
+    assert "dev: configuration is valid" in docsamples.run(unedited, None)
+    assert docsamples.run(unedited, None) != docsamples.normalise(validate.text)
