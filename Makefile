@@ -25,7 +25,7 @@ ENGINE_TIMEOUT_S ?= 2400
 .PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool
 
 # The first synth or test of a clone installs for a minute or two before it does what was asked: say so up front
-# (scripts/install-venv.sh then prints each step, and a line every 15 s while one runs).
+# (scripts/install-venv.sh then prints each step, and a line every 8 s while one runs).
 ifneq ($(filter synth test pytest lint setup,$(or $(MAKECMDGOALS),help)),)
 ifeq ($(wildcard $(VENV)/.installed),)
 $(info make: first run in this clone: installing .venv/ (Python packages, requirements-dev.txt), node_modules/ (npm ci: \
@@ -96,8 +96,9 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# -p tests.heartbeat: a line after 8 s of silence (collection, a long test), so a CI log never looks hung.
 pytest: setup promtool $(CHECKOV_VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -p tests.heartbeat
 
 # Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its
 # progress lines: a CI log is not a terminal); lint's few lines are kept aside and printed as one block after it.

@@ -13,7 +13,7 @@ export UV_COMPILE_BYTECODE_TIMEOUT="${UV_COMPILE_BYTECODE_TIMEOUT:-600}" UV_NO_P
 
 # Pinned packages of the requirements file and the files it includes (-r), for the progress lines.
 pins="$(cat "$requirements" $(sed -n 's/^-r //p' "$requirements") | grep -c '==' || true)"
-HEARTBEAT_S="${KVTIER_HEARTBEAT_S:-15}"
+HEARTBEAT_S="${KVTIER_HEARTBEAT_S:-8}"
 
 # Run one step with a line before and after, and a line every HEARTBEAT_S seconds while it runs: the installers run
 # quiet (their per-package lines would be hundreds), so without these a first set-up is a minute of silence.
