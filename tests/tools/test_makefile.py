@@ -131,3 +131,24 @@ def test_a_first_make_synth_says_what_it_will_install(tmp_path: Path) -> None:
     (work / ".venv/.installed").touch()
     again = subprocess.run(["make", "-n", "synth"], cwd=work, capture_output=True, text=True, timeout=60, check=False)
     assert "first run" not in again.stdout
+
+
+def test_the_bytecode_step_beats_while_it_compiles(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+    import threading
+
+    spec = importlib.util.spec_from_file_location("compile_optimized", ROOT / "scripts/compile-optimized.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "HEARTBEAT_S", 0.1)
+    stop = threading.Event()
+    beat = threading.Thread(target=module._heartbeat, args=(stop, time.monotonic()))
+    beat.start()
+    time.sleep(0.35)
+    stop.set()
+    beat.join(timeout=5)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) >= 2 and all(line.startswith("compile-optimized:   still compiling (") for line in lines)
