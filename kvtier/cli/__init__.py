@@ -81,7 +81,8 @@ def _parse_for_json(parser: argparse.ArgumentParser, words: list[str]) -> argpar
 
 def _fail(args: argparse.Namespace, message: str, code: int, problems: Sequence[object] | None = None) -> None:
     """The error line on stderr; with --json also a JSON object on stdout, so a script reads every outcome there."""
-    print("\n".join(_cap(f"kvtier {args.command}: {line}") for line in message.splitlines()), file=sys.stderr)
+    text = f"kvtier {args.command}: {message}"  # one problem a line; the first carries the command
+    print("\n".join(_cap(line) for line in text.splitlines()), file=sys.stderr)
     if getattr(args, "json", False):
         _print_error_json(args.command, message, code, problems)
 
