@@ -96,7 +96,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-# -p tests.heartbeat: a line after 8 s of silence (collection, a long test), so a CI log never looks hung.
+# -p tests.heartbeat: a line after 6 s of silence (collection, a long test), so a CI log never looks hung.
 pytest: setup promtool $(CHECKOV_VENV)/.installed
 	$(PY) -m pytest -p tests.heartbeat
 

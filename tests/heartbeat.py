@@ -3,7 +3,7 @@
 `pytest -q` is silent while it collects (about 20 s for this suite on a busy machine) and during any long test (a
 synth fixture, the README's try-it block), and a CI log cannot tell silence from a hang. With `-p tests.heartbeat`
 (the Makefile's `pytest` target) a line says what is running and for how long, every KVTIER_HEARTBEAT_S seconds
-(default 8) of silence.
+(default 6) of silence.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-INTERVAL_S = float(os.environ.get("KVTIER_HEARTBEAT_S", "8"))
+INTERVAL_S = float(os.environ.get("KVTIER_HEARTBEAT_S", "6"))
 # The log itself, taken when pytest imports this plugin (-p), before its output capture redirects fd 1 for each
 # test: a line written from this thread must reach the log, not the running test's captured output.
 _LOG = os.dup(1)
