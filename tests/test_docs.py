@@ -264,7 +264,7 @@ def try_it_block() -> str:
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
-def README_TRY_IT_PROSE() -> list[str]:  # noqa: N802
+def try_it_prose() -> list[str]:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     return readme.split("## Try it without AWS", 1)[1].split("\n## ", 1)[0].split("```", 2)[2].split()
 
@@ -310,9 +310,7 @@ def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -
     assert "speedup" in output  # bench sweep's summary
     assert list((clone / "bench-results").glob("sweep-*/result.json"))
     # What the README says the block shows is what it shows.
-    skipped = re.search(
-        r"\((\d+) of the (\d+) requests are longer than `max_model_len`", " ".join(README_TRY_IT_PROSE())
-    )
+    skipped = re.search(r"\((\d+) of the (\d+) requests are longer than `max_model_len`", " ".join(try_it_prose()))
     assert skipped, "the README no longer says how many requests simulate skips"
     assert f"skipped {skipped[1]} of {skipped[2]} requests" in " ".join(output.split())
 
