@@ -345,12 +345,18 @@ def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_befo
 SAMPLES = [sample for page in docsamples.PAGES for sample in docsamples.samples(page)]
 
 
+MEMORY_EDIT = ("config/environments/dev.yaml", "memory_percent: 20", "memory_percent: 10")
+
+
+def _memory_sample() -> docsamples.Sample:
+    (sample,) = [s for s in SAMPLES if s.edits == (MEMORY_EDIT,)]
+    return sample
+
+
 def test_the_docs_sample_outputs_are_found() -> None:
     where = {s.where.split(":")[0] for s in SAMPLES}
     assert {"docs/configuration.md", "docs/planning.md"} <= where
-    (validate,) = [s for s in SAMPLES if s.where.startswith("docs/configuration.md")]
-    assert validate.edits == (("environments/dev.yaml", "hyperpod.tiered_storage.memory_percent", "10"),)
-    assert validate.commands == ("$ kvtier validate -e dev", "$ echo $?")
+    assert _memory_sample().commands == ("$ kvtier validate -e dev", "$ echo $?")
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where)
@@ -365,7 +371,7 @@ def test_every_sample_output_is_what_the_tool_prints(sample: docsamples.Sample) 
 
 
 def test_a_drifted_sample_is_caught() -> None:
-    (validate,) = [s for s in SAMPLES if s.where.startswith("docs/configuration.md")]
+    validate = _memory_sample()
     unedited = dataclasses.replace(validate, edits=())  # the shipped dev.yaml is valid: the output differs
     assert "dev: configuration is valid" in docsamples.run(unedited, None)
     assert docsamples.run(unedited, None) != docsamples.normalise(validate.text)

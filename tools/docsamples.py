@@ -3,10 +3,11 @@
 A sample is a ```console or ```text block whose first line is a `$ kvtier ...` command: every `$ ` line (with its
 `\\` continuation lines) is run in order by bash, and the block must equal what the commands print (stdout and
 stderr together, 80 columns, as in a pipe). The commands run in a scratch folder holding a copy of `config/`, the
-repository's `examples/` and, for a command that names it, the whole Mooncake synthetic trace. A comment right
-above the block may change the copied configuration first, one key per comment:
+repository's `examples/` and, for a command that names it, the whole Mooncake synthetic trace. Comments right
+above the block may change the copied configuration first, each replacing a text that occurs once in one file
+(the syntax of tests/cli/test_validate_samples.py, which checks docs/configuration.md's validate samples too):
 
-    <!-- sample: environments/dev.yaml hyperpod.tiered_storage.memory_percent = 10 -->
+    <!-- sample: config/environments/dev.yaml: "memory_percent: 20" -> "memory_percent: 10" -->
 
     python -m tools.docsamples --trace-dir DIR           # list the samples that differ (exit 1 if any)
     python -m tools.docsamples --trace-dir DIR --write   # rewrite them from what the tools print now
@@ -15,6 +16,7 @@ above the block may change the copied configuration first, one key per comment:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -24,12 +26,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 FULL_TRACE = "mooncake_synthetic_trace.jsonl"  # the public Mooncake trace the worked examples replay
-EDIT = re.compile(r"^<!-- sample: (?P<file>\S+) (?P<key>[\w.\[\]]+) = (?P<value>.+?) -->$")
+EDIT = re.compile(r'^<!-- sample: (?P<file>\S+): (?P<old>"(?:[^"\\]|\\.)*") -> (?P<new>"(?:[^"\\]|\\.)*") -->$')
 TIMEOUT_S = 300
 RUN_FOLDER = re.compile(r"\b\d{8}T\d{6}Z(?:-\d+)?\b")  # kvtier simulate's plot folder, named by its UTC start
 
@@ -41,7 +41,7 @@ class Sample:
     last: int  # index of the closing fence
     text: str  # the block as written
     commands: tuple[str, ...]  # each command as shown, continuation lines included
-    edits: tuple[tuple[str, str, str], ...]  # (config file, dotted key, YAML value)
+    edits: tuple[tuple[str, str, str], ...]  # (file under the scratch folder, old text, new text)
 
     @property
     def where(self) -> str:
@@ -82,20 +82,17 @@ def _edits(lines: list[str], fence: int) -> tuple[tuple[str, str, str], ...]:
     while j >= 0 and (not lines[j].strip() or EDIT.match(lines[j].strip())):
         match = EDIT.match(lines[j].strip())
         if match:
-            edits.append((match["file"], match["key"], match["value"]))
+            edits.append((match["file"], json.loads(match["old"]), json.loads(match["new"])))
         j -= 1
     return tuple(reversed(edits))
 
 
-def _edit(config: Path, file: str, key: str, value: str) -> None:
-    path = config / file
-    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    *parents, leaf = key.split(".")
-    node = doc
-    for part in parents:
-        node = node[part]
-    node[leaf] = yaml.safe_load(value)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False), encoding="utf-8")
+def _edit(work: Path, file: str, old: str, new: str) -> None:
+    path = work / file
+    text = path.read_text(encoding="utf-8")
+    if text.count(old) != 1:
+        raise ValueError(f"{file}: {old!r} occurs {text.count(old)} times; a sample edit needs one")
+    path.write_text(text.replace(old, new), encoding="utf-8")
 
 
 def run(sample: Sample, trace_dir: Path | None) -> str:
@@ -108,8 +105,8 @@ def run(sample: Sample, trace_dir: Path | None) -> str:
             if trace_dir is None or not (trace_dir / FULL_TRACE).is_file():
                 raise FileNotFoundError(f"{sample.where} replays {FULL_TRACE}: pass --trace-dir with it")
             (work / FULL_TRACE).symlink_to(trace_dir / FULL_TRACE)
-        for file, key, value in sample.edits:
-            _edit(work / "config", file, key, value)
+        for file, old, new in sample.edits:
+            _edit(work, file, old, new)
         # Each command shown as written, then run; `echo $?` sees the previous command's code, not printf's.
         script = "rc=0\n" + "".join(
             f"printf '%s\\n' {_quote(command)}\n(exit $rc); {command[2:]} 2>&1; rc=$?\n" for command in sample.commands

@@ -260,6 +260,11 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _pick(config: Config, lob_name: str | None, endpoint_name: str | None) -> tuple[LineOfBusiness, Endpoint]:
     lobs = {lob.name: lob for lob in config.lobs}
+    if not lobs:
+        raise UsageError(
+            f"{config.files['env']}: lobs: environment '{config.env.name}' runs no line of business, so it has no "
+            "endpoint to simulate; list a LOB file under lobs: (see config/lobs/), or pick another environment with -e"
+        )
     if lob_name is None:
         if len(lobs) != 1:
             raise UsageError(f"--lob is needed: environment '{config.env.name}' runs {', '.join(lobs) or 'no LOB'}")

@@ -66,6 +66,9 @@ def both(*edits: Edit) -> Edit:
     return run
 
 
+R1_14B = {"id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "source": "huggingface"}
+
+
 def l0_tokens(model_id: str, utilization: float = 0.9, tp: int = 1, block: int = 16) -> int:
     """Hand calculation: 44.4 GiB visible L40S x utilization - weights / TP - 2.5 GiB reserve, in whole blocks."""
     model = MODELS[model_id]
@@ -184,13 +187,14 @@ CASES = [
         "weights do not fit",
     ),
     Case(
+        # A 14B model on one L40S: its KV room (about 54,000 tokens) is below its 131,072-token context.
         "KV room below one max_model_len prompt",
         "dev",
-        retail(lambda d: endpoint(d).update(max_model_len=l0_tokens("Qwen/Qwen3-8B") + 16)),
-        retail(lambda d: endpoint(d).update(max_model_len=l0_tokens("Qwen/Qwen3-8B"))),
+        retail(lambda d: endpoint(d).update(model=R1_14B, max_model_len=l0_tokens(R1_14B["id"]) + 16)),
+        retail(lambda d: endpoint(d).update(model=R1_14B, max_model_len=l0_tokens(R1_14B["id"]))),
         "lobs/retail.yaml",
         "endpoints[0].max_model_len",
-        f"at most {l0_tokens('Qwen/Qwen3-8B'):,}",
+        f"at most {l0_tokens(R1_14B['id']):,}",
     ),
     Case(
         "tensor parallelism does not divide the attention heads",
@@ -204,8 +208,8 @@ CASES = [
     Case(
         "tensor parallelism neither splits nor replicates the KV heads",
         "dev",
-        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(32, 6, 4))),
-        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(32, 8, 4))),
+        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(24, 6, 4))),
+        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(24, 8, 4))),
         "lobs/retail.yaml",
         "endpoints[0].tensor_parallel",
         "6 KV heads",
