@@ -16,9 +16,12 @@ from kvtier.bench.client import send
 from kvtier.bench.records import Request, RequestRecord
 from kvtier.bench.replicas import served_counts, single_mover
 
+PLAIN_EVERY_S = 5.0  # off a terminal (a CI log, a pipe): one progress line at most this often
+
 
 class Tracker:
-    """The live progress bar (on stderr, only on a terminal): requests done, and how many failed."""
+    """The live progress bar on stderr: requests done, and how many failed. Off a terminal, where a bar cannot
+    redraw, a plain line every PLAIN_EVERY_S seconds instead, so a long run never looks hung (--no-progress: none)."""
 
     def __init__(
         self, enabled: bool, description: str, total: int | None = None, console: Console | None = None
@@ -36,9 +39,16 @@ class Tracker:
         self.task: TaskID = self.progress.add_task(description, total=total, status="")
         self.ok = 0
         self.failed = 0
+        self.description = description
+        self.total = total
+        self.plain = enabled and not self.console.is_terminal
+        self.started = self.last_line = time.monotonic()
 
     def __enter__(self) -> Tracker:
         self.progress.start()
+        if self.plain:
+            planned = f"{self.total} requests" if self.total else "requests"
+            self.console.print(f"{self.description}: sending {planned} ...", markup=False, highlight=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -51,6 +61,17 @@ class Tracker:
             self.failed += 1
         status = f"ok {self.ok}" + (f" [red]errors {self.failed}[/red]" if self.failed else "")
         self.progress.update(self.task, advance=1, status=status)
+        now = time.monotonic()
+        if self.plain and now - self.last_line >= PLAIN_EVERY_S:
+            self.last_line = now
+            done = self.ok + self.failed
+            of = f" of {self.total}" if self.total else ""
+            errors = f", {self.failed} failed" if self.failed else ""
+            self.console.print(
+                f"{self.description}: {done}{of} requests done{errors} ({now - self.started:.0f} s)",
+                markup=False,
+                highlight=False,
+            )
 
 
 class Session:

@@ -19,7 +19,14 @@ GAP = "  "
 TIER_NAMES = {
     "l0_gpu_prefix_cache": "L0 GPU prefix cache",
     "external_l1_l2": "L1+L2 (vLLM external)",
-    "lmcache_l1_l2": "L1+L2 (LMCache)",
+    "lmcache_l1_l2": "LMCache held at lookup",
+}
+# What each tier's query tokens are: vLLM asks LMCache only for what L0 missed, but LMCache looks up whole prompts,
+# so its count includes L0's hits (kvtier/bench/metrics.py TIERS) and must not read as a third tier.
+OF_WHAT = {
+    "l0_gpu_prefix_cache": "prompt tokens",
+    "external_l1_l2": "tokens L0 missed",
+    "lmcache_l1_l2": "prompt tokens, L0's hits included",
 }
 
 
@@ -230,12 +237,14 @@ def detail_lines(result: BenchResult, wide: bool) -> list[str]:
 def cache_lines(reports: Sequence[dict[str, Any]], wide: bool) -> list[str]:
     width = None if wide else WIDTH
     lines: list[str] = []
+    shared = shared_notes(reports)
     for report in reports:
         lines.append(f"cache at {report['url']}:")
         for key, t in report.get("tiers", {}).items():
             name = TIER_NAMES.get(key, key)
             hits, queries = num(t.get("hit_tokens")), num(t.get("query_tokens"))
-            lines += wrap(f"{name}: {hits} of {queries} tokens hit ({pct(t.get('hit_rate'))})", width, "  ")
+            what = OF_WHAT.get(key, "tokens")
+            lines += wrap(f"{name}: {hits} of {queries} {what} ({pct(t.get('hit_rate'))})", width, "  ")
         io = report.get("l2_io", {})
         if io:
             reads = f"{num(io.get('read_requests'))} ({size(io.get('read_bytes'))})"
@@ -244,8 +253,20 @@ def cache_lines(reports: Sequence[dict[str, Any]], wide: bool) -> list[str]:
         if not report.get("tiers") and not io:
             lines.append("  none readable")
         for note in report.get("notes", []):
-            lines += wrap(note, width, "  - ")
+            if note not in shared:
+                lines += wrap(note, width, "  - ")
+    if shared:
+        lines.append("cache notes:" if len(reports) == 1 else f"cache notes (all {len(reports)} servers):")
+        lines += [line for note in shared for line in wrap(note, width, "  - ")]
     return lines
+
+
+def shared_notes(reports: Sequence[dict[str, Any]]) -> list[str]:
+    """Notes every report has (said once, after the servers); the others stay with their server."""
+    if len(reports) < 2:
+        return []
+    first: list[str] = list(reports[0].get("notes", []))
+    return [n for n in first if all(n in r.get("notes", []) for r in reports[1:])]
 
 
 def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
