@@ -357,6 +357,8 @@ def test_the_docs_sample_outputs_are_found() -> None:
     where = {s.where.split(":")[0] for s in SAMPLES}
     assert {"docs/configuration.md", "docs/planning.md"} <= where
     assert _memory_sample().commands == ("$ kvtier validate -e dev", "$ echo $?")
+    shown = "\n".join(s.text for s in SAMPLES if s.where.startswith("docs/configuration.md"))
+    assert "configuration is valid" in shown and "warning: " in shown and "kvtier validate: " in shown
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where)

@@ -5,7 +5,7 @@ A sample is a ```console or ```text block whose first line is a `$ kvtier ...` c
 stderr together, 80 columns, as in a pipe). The commands run in a scratch folder holding a copy of `config/`, the
 repository's `examples/` and, for a command that names it, the whole Mooncake synthetic trace. Comments right
 above the block may change the copied configuration first, each replacing a text that occurs once in one file
-(the syntax of tests/cli/test_validate_samples.py, which checks docs/configuration.md's validate samples too):
+(docs/configuration.md's validate samples use them):
 
     <!-- sample: config/environments/dev.yaml: "memory_percent: 20" -> "memory_percent: 10" -->
 
