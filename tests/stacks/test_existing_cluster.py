@@ -100,6 +100,21 @@ def test_tiered_storage_roles_are_least_privilege(byoc: Synth) -> None:
     sagemaker = [s for s in _statements(byoc, "cluster") if "sagemaker" in json.dumps(s["Action"])]
     by_sid = {s["Sid"]: s for s in sagemaker}
     assert set(by_sid) == {"TieredStorageOnThisCluster", "ReadThisCluster", "HyperPodNodeVolumes"}
+    # UpdateCluster only for is_complete, which calls it once the cluster is InService (issue 26)
+    functions = byoc.resources("cluster", "AWS::Lambda::Function")
+    [is_complete_role] = [
+        f["Properties"]["Role"]["Fn::GetAtt"][0]
+        for f in functions.values()
+        if f["Properties"].get("Handler") == "index.is_complete"
+    ]
+    granted = [
+        p
+        for p in byoc.resources("cluster", "AWS::IAM::Policy").values()
+        if "sagemaker:UpdateCluster" in json.dumps(p["Properties"]["PolicyDocument"])
+    ]
+    assert [p["Properties"]["Roles"] for p in granted] == [[{"Ref": is_complete_role}]]
+    orchestrator = [s for s in _statements(byoc, "cluster") if s.get("Sid") == "ReadTheOrchestrator"]
+    assert [s["Action"] for s in orchestrator] == ["eks:DescribeCluster"]
     assert sorted(by_sid["TieredStorageOnThisCluster"]["Action"]) == [
         "sagemaker:DescribeCluster",
         "sagemaker:UpdateCluster",
@@ -232,3 +247,10 @@ def test_cfn_lint_is_clean(byoc: Synth) -> None:
         )
     ]
     assert findings == []
+
+
+def test_addons_on_the_owners_cluster_preserve_what_is_there(byoc: Synth) -> None:
+    """Issue 26: OVERWRITE took over an owner's self-managed copy instead of failing as InstallSwitches documents."""
+    declared = [_props(a) for a in byoc.resources("cluster", "AWS::EKS::Addon").values()]
+    assert declared
+    assert {a["ResolveConflicts"] for a in declared} == {"PRESERVE"}
