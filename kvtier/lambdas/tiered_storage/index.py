@@ -38,6 +38,7 @@ from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.literals import ClusterNodeRecoveryType
     from mypy_boto3_sagemaker.type_defs import ClusterTieredStorageConfigTypeDef, DescribeClusterResponseTypeDef
 
 PREFIX = "kvtier-tiered-storage"
@@ -263,14 +264,14 @@ def update(
     return True
 
 
-def _require_node_recovery(cluster: str, described: DescribeClusterResponseTypeDef) -> str:
+def _require_node_recovery(cluster: str, described: DescribeClusterResponseTypeDef) -> ClusterNodeRecoveryType:
     node_recovery = described.get("NodeRecovery")
     if node_recovery is None:
         raise RuntimeError(
             f"HyperPod cluster {cluster} reports no NodeRecovery, which UpdateCluster needs next to TieredStorageConfig; "
             "set it once (aws sagemaker update-cluster --cluster-name <name> --node-recovery Automatic|None) and deploy again"
         )
-    return str(node_recovery)
+    return node_recovery
 
 
 def _config(setting: Setting) -> ClusterTieredStorageConfigTypeDef:
