@@ -16,7 +16,7 @@ from kvtier.cli import main as cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.ops import status
-from kvtier.ops.status import ExpectedAddon, addon_check, collect, expected_addons
+from kvtier.ops.status import ExpectedAddon, addon_check, collect, expected_addons, hyperpod_checks
 from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
@@ -311,3 +311,46 @@ def test_a_new_cluster_is_read_by_name_and_compared_with_its_config(clients: tup
 def test_addon_check_without_access_is_unknown() -> None:
     check = addon_check(ExpectedAddon("cert-manager", "v1", True), None, "AccessDeniedException: no")
     assert check.verdict == "unknown" and "AccessDenied" in check.detail
+
+
+def test_a_group_still_provisioning_is_shown_as_such() -> None:
+    """Issue 26: with continuous provisioning a group stays InService while HyperPod retries missing nodes; status
+    says so (and where the events are) instead of calling the nodes missing."""
+    dev = load_checked(CONFIG_DIR, "dev")
+    groups = [
+        {
+            "InstanceGroupName": "system",
+            "InstanceType": "ml.m5.2xlarge",
+            "CurrentCount": 2,
+            "TargetCount": 2,
+            "Status": "InService",
+        },
+        {
+            "InstanceGroupName": "gpu",
+            "InstanceType": "ml.g6e.4xlarge",
+            "CurrentCount": 1,
+            "TargetCount": 3,
+            "Status": "InService",
+        },
+    ]
+    checks = {c.name: c for c in hyperpod_checks(dev.env, _cluster(ClusterName="kvtier-dev", InstanceGroups=groups))}
+    gpu = checks["gpu"]
+    assert gpu.verdict == "degraded" and gpu.value == "1/3 nodes, ml.g6e.4xlarge, InService"
+    assert "2 of 3 nodes still provisioning" in gpu.detail
+    assert "aws sagemaker list-cluster-events --cluster-name kvtier-dev" in gpu.detail
+    assert checks["system"].verdict == "ok"
+
+
+def test_a_failed_group_is_missing_nodes_not_provisioning() -> None:
+    dev = load_checked(CONFIG_DIR, "dev")
+    groups = [
+        {
+            "InstanceGroupName": "gpu",
+            "InstanceType": "ml.g6e.4xlarge",
+            "CurrentCount": 0,
+            "TargetCount": 3,
+            "Status": "Failed",
+        }
+    ]
+    gpu = next(c for c in hyperpod_checks(dev.env, _cluster(InstanceGroups=groups)) if c.name == "gpu")
+    assert "group is Failed" in gpu.detail and "3 of 3 nodes missing" in gpu.detail
