@@ -69,3 +69,17 @@ def test_endpoints_admit_the_kubectl_handlers_cluster_group(prod: Synth) -> None
     [rule] = from_cluster_group
     assert (rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) == ("tcp", 443, 443)
     assert "EndpointSecurityGroup" in json.dumps(rule["GroupId"])
+
+
+def test_model_reader_trusts_only_its_lobs_service_account(prod: Synth) -> None:
+    """Open since the first review: the Pod Identity trust had no condition, so any association in the account
+    could assume a LOB's model reader."""
+    roles = prod.resources("search", "AWS::IAM::Role").values()  # search loads its weights from S3
+    [role] = [r for r in roles if "read its model prefixes" in json.dumps(_props(r).get("Description", ""))]
+    [statement] = _props(role)["AssumeRolePolicyDocument"]["Statement"]
+    assert statement["Principal"] == {"Service": "pods.eks.amazonaws.com"}
+    assert sorted(statement["Action"]) == ["sts:AssumeRole", "sts:TagSession"]
+    tags = statement["Condition"]["StringEquals"]
+    assert tags["aws:RequestTag/kubernetes-namespace"] == "kvtier-search"
+    assert tags["aws:RequestTag/kubernetes-service-account"] == "model-reader"
+    assert "aws:RequestTag/eks-cluster-name" in tags
