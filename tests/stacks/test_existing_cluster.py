@@ -18,7 +18,7 @@ from kvtier.config.loader import Config
 from kvtier.constructs.tiered_storage import RESOURCE_TYPE
 from kvtier.k8s.placement import node_selector
 from kvtier.rules import load_checked
-from tests.support import CONFIG_DIR, Synth, synthesize
+from tests.support import CONFIG_DIR, Synth
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdef123456"
 OIDC = "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF"
@@ -34,18 +34,6 @@ CREATED_ONLY_FOR_A_NEW_CLUSTER = {
     "AWS::KMS::Key",
     "AWS::SageMaker::Cluster",
 }
-
-
-@pytest.fixture(scope="session")
-def byoc(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """Synthesized with cdk-nag: an unacknowledged finding fails here, listing the findings."""
-    outdir = tmp_path_factory.mktemp("cdk-byoc")
-    try:
-        return synthesize("byoc", outdir, nag=True)
-    except RuntimeError:
-        report = json.loads((outdir / "validation-report.json").read_text())
-        violations = [v["ruleName"] for p in report["pluginReports"] for v in p["violations"]]
-        pytest.fail(f"cdk-nag findings on byoc: {violations}")
 
 
 @pytest.fixture(scope="module")
