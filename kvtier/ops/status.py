@@ -388,6 +388,8 @@ def collect(
         checks.append(_addon(eks, eks_name, expected))
     if cloudformation is not None:
         checks.extend(_orphans(env, cloudformation))
+        if env.hyperpod.existing is None:
+            checks.extend(_protection(env, cloudformation))
     return StatusReport(env.name, target, eks_name, tuple(checks))
 
 
@@ -398,6 +400,44 @@ def _orphans(env: Environment, cloudformation: Any) -> list[Check]:
         return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", _message(err))]
     except BotoCoreError as err:
         return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", str(err))]
+
+
+def protection_check(name: str, stack: Mapping[str, Any] | None) -> Check:
+    """A network or cluster stack past its first create should be termination-protected (docs/deploying.md):
+    UPDATE_* without protection means a deploy without `established` turned it off."""
+    if stack is None:
+        return Check("protection", name, "absent", "ok", "not deployed")
+    status = str(stack.get("StackStatus", "?"))
+    protected = bool(stack.get("EnableTerminationProtection", False))
+    value = f"{'on' if protected else 'off'}, {status}"
+    if protected:
+        return Check("protection", name, value, "ok")
+    if status.startswith("UPDATE_"):
+        return Check(
+            "protection",
+            name,
+            value,
+            "degraded",
+            "an established environment without termination protection (a deploy without -c established=true): "
+            "persist it in cdk.context.json (docs/deploying.md) and deploy again",
+        )
+    return Check("protection", name, value, "ok", "first deploy: mark the environment established (docs/deploying.md)")
+
+
+def _protection(env: Environment, cloudformation: Any) -> list[Check]:
+    checks = []
+    for kind in ("network", "cluster"):
+        name = stack_name(env.name, kind)
+        try:
+            stacks = cloudformation.describe_stacks(StackName=name).get("Stacks", [])
+        except ClientError as err:
+            if _code(err) == "ValidationError" and "does not exist" in _message(err):
+                stacks = []
+            else:
+                checks.append(Check("protection", name, "unreadable", "unknown", _message(err)))
+                continue
+        checks.append(protection_check(name, stacks[0] if stacks else None))
+    return checks
 
 
 def _addon(eks: EKSClient, cluster: str, expected: ExpectedAddon) -> Check:

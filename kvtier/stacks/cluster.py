@@ -128,7 +128,7 @@ class NewClusterStack(ClusterStack):
             eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
             subnets=subnets,
             security_group=network.node_security_group,
-            established=established(self),
+            established=established(self, env.name),
         )
         self._dependencies_release()
         for dependency in (

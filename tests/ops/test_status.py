@@ -354,3 +354,46 @@ def test_a_failed_group_is_missing_nodes_not_provisioning() -> None:
     ]
     gpu = next(c for c in hyperpod_checks(dev.env, _cluster(InstanceGroups=groups)) if c.name == "gpu")
     assert "group is Failed" in gpu.detail and "3 of 3 nodes missing" in gpu.detail
+
+
+def test_status_reports_protection_off_on_an_established_environment() -> None:
+    """Issue 26: a deploy without `established` silently turned termination protection off; status says so."""
+    from kvtier.ops.status import _protection
+
+    dev = load_checked(CONFIG_DIR, "dev")
+    cloudformation = boto3.client(
+        "cloudformation", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+
+    def stack(name: str, status: str, protected: bool) -> dict[str, Any]:
+        entry = {"StackName": name, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": status}
+        return {"Stacks": [{**entry, "EnableTerminationProtection": protected}]}
+
+    with Stubber(cloudformation) as stub:
+        stub.add_response(
+            "describe_stacks", stack("kvtier-dev-network", "UPDATE_COMPLETE", True), {"StackName": "kvtier-dev-network"}
+        )
+        stub.add_response(
+            "describe_stacks",
+            stack("kvtier-dev-cluster", "UPDATE_COMPLETE", False),
+            {"StackName": "kvtier-dev-cluster"},
+        )
+        checks = _protection(dev.env, cloudformation)
+        stub.add_response(
+            "describe_stacks",
+            stack("kvtier-dev-network", "CREATE_COMPLETE", False),
+            {"StackName": "kvtier-dev-network"},
+        )
+        stub.add_client_error(
+            "describe_stacks",
+            service_error_code="ValidationError",
+            service_message="Stack with id kvtier-dev-cluster does not exist",
+            expected_params={"StackName": "kvtier-dev-cluster"},
+        )
+        first = _protection(dev.env, cloudformation)
+    assert [(c.name, c.verdict) for c in checks] == [
+        ("kvtier-dev-network", "ok"),
+        ("kvtier-dev-cluster", "degraded"),
+    ]
+    assert "established" in checks[1].detail
+    assert [(c.value, c.verdict) for c in first] == [("off, CREATE_COMPLETE", "ok"), ("absent", "ok")]
