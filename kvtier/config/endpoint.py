@@ -19,8 +19,8 @@ Routing = Literal["prefixaware", "kvaware", "session", "roundrobin"]
 Mode = Literal["operator", "standalone"]
 # vLLM `--dtype` (weights and KV): `auto` takes the model config's dtype. Part of the L2 identity.
 Dtype = Literal["auto", "bfloat16", "float16"]
-# Which OpenAI API the endpoint's clients call: sets the operator's invocationEndpoint, and kvaware routing needs
-# `completions` (production-stack's kvaware router tokenizes only the `prompt` field, docs/references.md).
+# Which OpenAI API the endpoint's clients call: sets the operator's invocationEndpoint, and kvaware routing (operator
+# mode only) needs `completions`: it tokenizes only the `prompt` field (docs/references.md, kvtier/rules/routing.py).
 Api = Literal["chat", "completions"]
 L2Backend = Literal["curvine", "tieredstorage", "none"]
 # A Hugging Face repo id as the Hub accepts it (huggingface_hub `validate_repo_id`, docs/references.md): ASCII letters,
@@ -193,11 +193,13 @@ class Endpoint(StrictModel):
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
     dtype: Dtype = "auto"
     image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
-    # Standalone mode's router; default ROUTER_IMAGE (versions.py). Tags are mutable: pin @sha256:<digest> here.
+    # Standalone mode's router (vllm-router, run by `vllm-router`); default ROUTER_IMAGE (versions.py). Tags are
+    # mutable: pin @sha256:<digest> here.
     router_image: PinnedImage | None = None
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
-    # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.
+    # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts, and
+    # kvaware is refused (no standalone router policy, kvtier/versions.py ROUTER_POLICY).
     routing: Routing = "prefixaware"
     api: Api = "chat"
     mode: Mode = "operator"

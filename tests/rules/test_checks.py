@@ -342,15 +342,13 @@ CASES = [
         "multiple of the vLLM block size 16",
     ),
     Case(
-        "kvaware in standalone mode with the default image",
+        "kvaware in standalone mode (no policy in the standalone router)",
         "prod",
         support(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
+        support(lambda d: endpoint(d).update(routing="prefixaware", api="completions")),
         "lobs/support.yaml",
         "endpoints[0].routing",
-        "would not route by cache",
+        "no policy in the standalone router",
     ),
     Case(
         "kvaware on a chat endpoint (operator mode)",
@@ -358,17 +356,6 @@ CASES = [
         retail(lambda d: endpoint(d).update(routing="kvaware")),
         retail(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
         "lobs/retail.yaml",
-        "endpoints[0].routing",
-        "`prompt` field only",
-    ),
-    Case(
-        "kvaware on a chat endpoint (standalone mode, any image)",
-        "prod",
-        support(lambda d: endpoint(d).update(routing="kvaware", image="lmcache/vllm-openai:v0.3.9post2")),
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
-        "lobs/support.yaml",
         "endpoints[0].routing",
         "`prompt` field only",
     ),
@@ -521,17 +508,6 @@ WARNINGS = [
         "lobs/support.yaml",
         "endpoints[1].model.id",
         "own L2 directory",
-    ),
-    WarningCase(
-        "kvaware in standalone mode with a custom image",
-        "prod",
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
-        support(lambda d: endpoint(d).update(routing="prefixaware", image="lmcache/vllm-openai:v0.3.9post2")),
-        "lobs/support.yaml",
-        "endpoints[0].routing",
-        "pip show lmcache",
     ),
     WarningCase(
         "LOB description of a catalog model that differs from the catalog",

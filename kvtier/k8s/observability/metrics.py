@@ -38,9 +38,9 @@ LMCACHE_TIME_TO_RETRIEVE_BUCKET = "lmcache:time_to_retrieve_bucket"
 LMCACHE_TIME_TO_STORE_BUCKET = "lmcache:time_to_store_bucket"
 LMCACHE_LOCAL_CACHE_USAGE = "lmcache:local_cache_usage"  # L1 bytes
 
-# production-stack router vllm-stack-0.1.12 (src/vllm_router/services/metrics_service/__init__.py): label server.
-ROUTER_HEALTHY_PODS = "vllm:healthy_pods_total"
-ROUTER_REQUEST_ERRORS = "vllm:request_errors_total"
+# vllm-router 0.1.17 (its Prometheus exporter, --prometheus-port): worker health per `worker`, errors per route.
+ROUTER_WORKER_HEALTH = "vllm_router_worker_health"
+ROUTER_REQUEST_ERRORS = "vllm_router_request_errors_total"
 
 # Curvine v0.4.1 (curvine-master/src/master/master_metrics.rs, curvine-worker/src/worker/worker_metrics.rs): no prefix.
 CURVINE_CAPACITY = "capacity"

@@ -3,7 +3,7 @@
 Per LOB namespace: engines (vLLM + LMCache on the engine port), standalone routers, the L2 janitor. In `curvine`:
 masters and workers (their web ports serve /metrics), and the FUSE pods through kvtier's headless Service (the node
 plugin builds those pods without ports). kube-state-metrics is scraped by kube-prometheus-stack itself.
-The LOB network policy admits scrapers on exactly the LOB ports below (LOB_SCRAPE_PORTS, kvtier.k8s.isolation).
+The LOB network policy admits scrapers on exactly the LOB ports below (lob_scrape_ports, kvtier.k8s.isolation).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.observability import ObservabilityConfig
 from kvtier.k8s.curvine import names as curvine
-from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_CONTAINER_PORT
+from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_METRICS_PORT
 from kvtier.k8s.observability import metrics as m
 from kvtier.naming import lob_namespace
 
@@ -27,7 +27,13 @@ JANITOR_METRICS_PORT = 9400
 ENGINE_POD_LABEL = "app"
 NOT_ENGINE_COMPONENTS = ("router", JANITOR_COMPONENT)
 # Ports the LOB monitors scrape: engines and routers (the same 8000), janitors.
-LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_CONTAINER_PORT, JANITOR_METRICS_PORT}))
+LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_METRICS_PORT, JANITOR_METRICS_PORT}))
+
+
+def lob_scrape_ports(lob: LineOfBusiness) -> tuple[int, ...]:
+    """The ports scraped in one LOB: the router's only where a standalone endpoint runs one."""
+    routers = any(e.mode == "standalone" for e in lob.endpoints)
+    return tuple(p for p in LOB_SCRAPE_PORTS if routers or p != ROUTER_METRICS_PORT)
 
 
 def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
@@ -116,7 +122,7 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
                 namespace,
                 obs,
                 {"matchLabels": {COMPONENT_LABEL: "router"}},
-                port=ROUTER_CONTAINER_PORT,
+                port=ROUTER_METRICS_PORT,  # vllm-router's Prometheus exporter, not its API port
                 relabelings=[
                     *_lob_labels(endpoint=False),
                     _relabel("__meta_kubernetes_pod_label_kvtier_io_endpoint", m.ENDPOINT),
