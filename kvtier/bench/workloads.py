@@ -27,7 +27,11 @@ from kvtier.bench.session import Session
 from kvtier.bench.stats import PERCENTILES, distribution
 from kvtier.bench.trace import trace_prompt
 from kvtier.serving import SESSION_HEADER
-from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest
+
+# The longest wait between two sends of a trace replay (after --time-scale): an hour, past any quiet spell of the
+# public traces (one hour each); a later timestamp is a typo that would otherwise sleep for it.
+MAX_SEND_GAP_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -420,6 +424,15 @@ class TraceReplay(Workload):
         planned = list(zip(kept, times, strict=False))
         if self.duration_s is not None:
             planned = [(tr, at) for tr, at in planned if at < self.duration_s * 1000]
+        previous = 0.0
+        for request, at in planned:
+            if at - previous > MAX_SEND_GAP_S * 1000:
+                raise TraceError(
+                    f"{self.path}:{request.line}: this request would be sent {(at - previous) / 1000:.3g} s after the "
+                    f"previous one, beyond {MAX_SEND_GAP_S:g} s; fix its timestamp (milliseconds), or give a smaller "
+                    "--time-scale or a --duration"
+                )
+            previous = at
         return planned
 
     def planned(self) -> int:
