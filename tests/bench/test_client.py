@@ -103,3 +103,30 @@ def test_a_signal_writes_what_finished_and_exits_130(tmp_path: Path, sig: signal
     assert "**Partial run**" in (out / "summary.md").read_text()
     assert "PARTIAL: interrupted by " + sig.name in stdout
     assert "marked partial" in stderr and "Traceback" not in stderr
+
+
+def test_httpcore_finds_sniffio_so_a_lock_costs_no_failed_import() -> None:
+    """httpcore asks sniffio which event loop runs at every connection-pool lock; without the package (anyio 4.16
+    stopped requiring it) each lock re-ran a failing import. Pinned in requirements.txt and pyproject.toml."""
+    import asyncio
+
+    from httpcore._synchronization import current_async_library
+
+    misses: list[str] = []
+
+    class Watch:
+        def find_spec(self, name: str, *_: object) -> None:
+            if name == "sniffio":
+                misses.append(name)
+
+    async def twice() -> tuple[str, str]:
+        return current_async_library(), current_async_library()
+
+    asyncio.run(twice())  # the first import
+    watch = Watch()
+    sys.meta_path.insert(0, watch)  # type: ignore[arg-type]
+    try:
+        assert asyncio.run(twice()) == ("asyncio", "asyncio")
+    finally:
+        sys.meta_path.remove(watch)  # type: ignore[arg-type]
+    assert misses == []  # imported once, then taken from sys.modules; a missing package is searched every time
