@@ -145,8 +145,8 @@ def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceReque
             raise TraceError(f"{where}: {name} {_show(value)} is not a token count; give an integer >= 1")
     length: int = row["input_length"]
     ids = row["hash_ids"]
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-        raise TraceError(f"{where}: hash_ids must be a list of integers (one id per {block_tokens}-token block)")
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise TraceError(f"{where}: hash_ids must be a list of integers >= 0 (one id per {block_tokens}-token block)")
     expected = -(-length // block_tokens)
     if len(ids) != expected:
         raise TraceError(

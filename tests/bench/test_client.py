@@ -124,9 +124,9 @@ def test_httpcore_finds_sniffio_so_a_lock_costs_no_failed_import() -> None:
 
     asyncio.run(twice())  # the first import
     watch = Watch()
-    sys.meta_path.insert(0, watch)  # type: ignore[arg-type]
+    sys.meta_path.insert(0, watch)
     try:
         assert asyncio.run(twice()) == ("asyncio", "asyncio")
     finally:
-        sys.meta_path.remove(watch)  # type: ignore[arg-type]
+        sys.meta_path.remove(watch)
     assert misses == []  # imported once, then taken from sys.modules; a missing package is searched every time
