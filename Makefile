@@ -22,7 +22,7 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-client crds clean promtool
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
@@ -33,7 +33,8 @@ help:
 	@echo "make pytest       the test suite"
 	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
 	@echo "make bench-setup  time a fresh make setup in a fresh clone, step by step, write docs/benchmarks.md"
-	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
+	@echo "make bench-sim    time kvtier simulate and the replay (SIM_TRACE=...), write docs/benchmarks.md"
+	@echo "make bench-client client CPU per request, kvtier bench vs vllm bench serve (engine venv), write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
 	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
@@ -103,8 +104,15 @@ bench-synth: setup
 bench-setup: setup
 	$(PY) -m tools.benchsetup
 
+# The whole Mooncake conversation trace (12,031 requests) when ../shared has it, else the shipped sample.
+SIM_TRACE ?= $(firstword $(wildcard ../shared/data/traces/conversation_trace.jsonl) examples/traces/mooncake_synthetic_500.jsonl)
+
 bench-sim: setup
-	$(PY) -m tools.benchsim --repeat 5 --output docs/benchmarks.md
+	$(PY) -m tools.benchsim --trace $(SIM_TRACE) --repeat 5 --output docs/benchmarks.md
+
+# Needs the engine venv (make test-engine builds it) for vllm bench serve.
+bench-client: setup
+	$(PY) -m tools.benchclient --engine-python $(ENGINE_VENV)/bin/python --output docs/benchmarks.md
 
 crds:
 	bash scripts/fetch-crds.sh

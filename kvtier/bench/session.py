@@ -52,14 +52,27 @@ class Tracker:
         self.progress.update(self.task, advance=1, status=status)
 
 
+# Requests in flight per HTTP client. httpcore's pool matches every waiting request against every connection each
+# time one is assigned or released (httpcore/_async/connection_pool.py `_assign_requests_to_connections`), so one
+# client's CPU per request grows with the requests in flight: at 64 it was most of the client's time. The session
+# spreads requests over clients ("lanes") of this many; serial requests all use the first, one connection.
+LANE_REQUESTS = 4
+# How often the session samples its event loop's lag while it sends on a schedule: a loop that wakes late is a client
+# too busy to send on time or to read chunks when they arrive, and every TTFT it measures includes that delay.
+LAG_SAMPLE_S = 0.05
+
+
 class Session:
     def __init__(self, *, timeout_s: float, tracker: Tracker, client: httpx.AsyncClient | None = None) -> None:
         self.timeout_s = timeout_s
         self.tracker = tracker
         self.client = client or new_client(timeout_s)
+        self.lanes = [self.client]
+        self.in_flight = [0]  # per lane
         self.origin = time.perf_counter()
         self.records: list[RequestRecord] = []
         self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
+        self.loop_lag_ms: list[float] = []  # how late the event loop woke, sampled while a schedule ran
 
     async def __aenter__(self) -> Session:
         return self
@@ -67,14 +80,35 @@ class Session:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.close_lanes()
         await self.client.aclose()
+
+    async def close_lanes(self) -> None:
+        """Close the clients the session added (the first one is its owner's)."""
+        extra, self.lanes, self.in_flight = self.lanes[1:], self.lanes[:1], self.in_flight[:1]
+        for lane in extra:
+            await lane.aclose()
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self.origin) * 1000
 
+    def _lane(self) -> int:
+        """The first lane with room, a new one when all are full."""
+        for lane, count in enumerate(self.in_flight):
+            if count < LANE_REQUESTS:
+                return lane
+        self.lanes.append(new_client(self.timeout_s))
+        self.in_flight.append(0)
+        return len(self.lanes) - 1
+
     async def one(self, req: Request) -> RequestRecord:
         self.sent += 1
-        record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        lane = self._lane()
+        self.in_flight[lane] += 1
+        try:
+            record = await send(self.lanes[lane], req, timeout_s=self.timeout_s, origin=self.origin)
+        finally:
+            self.in_flight[lane] -= 1
         self.records.append(record)
         self.tracker.done(record)
         return record
@@ -86,24 +120,31 @@ class Session:
     async def schedule(self, reqs: Iterable[Request], *, concurrency: int | None) -> list[RequestRecord]:
         """Send each request at its `scheduled_ms` (from now), at most `concurrency` in flight (None: no limit).
 
-        A request held back by the limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it started.
+        `reqs` is read one request at a time, and with a limit only once a slot is free, so a lazy iterable keeps at
+        most `concurrency` + 1 request bodies alive whatever the schedule's length. A request held back by the
+        limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it
+        started.
         """
         limit = asyncio.Semaphore(concurrency) if concurrency else None
         base = self.now_ms()
 
         async def go(req: Request) -> RequestRecord:
-            if limit is None:
+            try:
                 return await self.one(req)
-            async with limit:
-                return await self.one(req)
+            finally:
+                if limit is not None:
+                    limit.release()
 
         tasks: list[asyncio.Task[RequestRecord]] = []
+        monitor = asyncio.create_task(self._sample_lag())
         try:
             for req in reqs:
                 at = base + (req.scheduled_ms or 0.0)
                 wait_ms = at - self.now_ms()
                 if wait_ms > 0:
                     await asyncio.sleep(wait_ms / 1000)
+                if limit is not None:
+                    await limit.acquire()
                 tasks.append(asyncio.create_task(go(replace(req, scheduled_ms=at))))
             return list(await asyncio.gather(*tasks))
         except asyncio.CancelledError:
@@ -111,6 +152,16 @@ class Session:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        finally:
+            monitor.cancel()
+            await asyncio.gather(monitor, return_exceptions=True)
+
+    async def _sample_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + LAG_SAMPLE_S
+            await asyncio.sleep(LAG_SAMPLE_S)
+            self.loop_lag_ms.append(max(loop.time() - asked, 0.0) * 1000)
 
 
 def new_client(timeout_s: float) -> httpx.AsyncClient:
