@@ -58,10 +58,15 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The -O bytecode of what a synth imports (cdk.json runs `python -O app.py`; scripts/compile-optimized.py says why),
-# once per install; it starts jsii, so it needs node_modules.
+# The -O and plain bytecode of what a synth and the kvtier command import (cdk.json runs `python -O app.py`;
+# scripts/compile-optimized.py says why), once per install; it starts jsii, so it needs node_modules.
 $(VENV)/.optimized: $(VENV)/.installed node_modules/.installed scripts/compile-optimized.py
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -O scripts/compile-optimized.py
+	touch $@
+
+# Every installed module's plain bytecode, for the tests only (the set-up compiles just what a synth loads).
+$(VENV)/.compiled: $(VENV)/.installed scripts/compile-optimized.py
+	env -u PYTHONDONTWRITEBYTECODE $(PY) scripts/compile-optimized.py --all
 	touch $@
 
 # kvtier's own .pyc files, plain and -O: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every
@@ -86,7 +91,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-pytest: setup promtool $(CHECKOV_VENV)/.installed
+pytest: setup promtool $(CHECKOV_VENV)/.installed $(VENV)/.compiled
 	$(PY) -m pytest
 
 # Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.
