@@ -16,11 +16,16 @@ For the tests (`make pytest`): env -u PYTHONDONTWRITEBYTECODE .venv/bin/python s
 
 import compileall
 import importlib
+import os
 import pkgutil
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
+from collections.abc import Callable
 
+HEARTBEAT_S = float(os.environ.get("KVTIER_HEARTBEAT_S", "8"))
 # Imported inside functions by the `kvtier` command (plots, progress, HTTP), so a walk of kvtier's modules misses them.
 LAZY = ("httpx", "matplotlib.pyplot", "rich.console", "rich.progress", "rich.table")
 
@@ -31,10 +36,31 @@ def _loaded_sources() -> list[str]:
     )
 
 
+def _heartbeat(stop: threading.Event, start: float) -> None:
+    """A line every HEARTBEAT_S seconds: on a loaded machine compiling aws-cdk-lib takes far longer than 10 s."""
+    while not stop.wait(HEARTBEAT_S):
+        print(f"compile-optimized:   still compiling ({time.monotonic() - start:.0f} s)", flush=True)
+
+
+def _with_heartbeat(what: str, work: Callable[[], object]) -> int:
+    print(f"compile-optimized: {what} ...", flush=True)
+    stop = threading.Event()
+    threading.Thread(target=_heartbeat, args=(stop, time.monotonic()), daemon=True).start()
+    try:
+        work()
+    finally:
+        stop.set()
+    return 0
+
+
 def synth_and_command() -> int:
     if sys.flags.optimize != 1 or sys.dont_write_bytecode:
         print("compile-optimized: run with `python -O` and without PYTHONDONTWRITEBYTECODE", file=sys.stderr)
         return 2
+    return _with_heartbeat("writing the -O and plain bytecode a synth and the command load (about 20 s)", _compile)
+
+
+def _compile() -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no display: the plots are written to files
@@ -45,6 +71,7 @@ def synth_and_command() -> int:
             importlib.import_module(module.name)
     for name in LAZY:
         importlib.import_module(name)
+    print("compile-optimized: ... then one small synth (about 5 s)", flush=True)
     from aws_cdk import Stack
     from aws_cdk import aws_s3 as s3
 
@@ -56,7 +83,6 @@ def synth_and_command() -> int:
         app.synth()
     for path in _loaded_sources():  # the -O files exist now (written on import); the plain ones next to them
         compileall.compile_file(path, quiet=2, optimize=0)
-    return 0
 
 
 def everything() -> int:
@@ -64,8 +90,10 @@ def everything() -> int:
         print("compile-optimized: run without PYTHONDONTWRITEBYTECODE", file=sys.stderr)
         return 2
     # Files that are not Python 3 (test data inside some packages) fail to compile; they are never imported.
-    compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0, optimize=0)
-    return 0
+    return _with_heartbeat(
+        "compiling every installed package for the tests (about a minute, once)",
+        lambda: compileall.compile_dir(sysconfig.get_paths()["purelib"], quiet=2, workers=0, optimize=0),
+    )
 
 
 if __name__ == "__main__":
