@@ -30,6 +30,9 @@ from kvtier.versions import (
     STANDALONE_VLLM_IMAGE,
 )
 
+# LMCache stores whole chunks only (one L2 file per `chunk_size` tokens; the last partial chunk of a prompt is
+# recomputed by the next reader): rendered into every endpoint, and the planner and simulator count hits with it.
+SAVE_UNFULL_CHUNK = False
 ENV_PREFIX = "LMCACHE_"
 # Where pods mount their LOB's L2 volume (design "L2 layout").
 L2_MOUNT_PATH = "/mnt/kvtier/l2"
@@ -186,7 +189,7 @@ def lmcache_config(
         "chunk_size": cache.chunk_size,
         "local_cpu": cache.l1_gb > 0,
         "max_local_cpu_size": rank_cpu_size_gib(cache, tensor_parallel),
-        "save_unfull_chunk": False,  # whole chunks only: one L2 file per `chunk_size` tokens
+        "save_unfull_chunk": SAVE_UNFULL_CHUNK,
         "remote_serde": SERDE,
     }
     if cache.l2 == "curvine":
