@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from kvtier.catalog import LMCACHE_STAGING_GIB
@@ -67,15 +66,10 @@ IMAGE_LMCACHE_VERSIONS: dict[str, str] = {
 }
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
 PROMETHEUS_DIR = "/tmp"
-# kvaware: the LMCache controller inside the router (production-stack defaults: pull 9000, reply 9001, heartbeat 9002).
-CONTROLLER_PULL_PORT = 9000
-CONTROLLER_REPLY_PORT = 9001
-CONTROLLER_HEARTBEAT_PORT = 9002
-WORKER_PORT_BASE = 8001  # one LMCache worker port per tensor-parallel rank: 8001, 8002, ...
-# kvaware: the router falls back (session key, else QPS) when the best pod matched fewer than len(prompt) - this many
-# tokens: production-stack's `--kv-aware-threshold` default (vllm-project/production-stack@a6c01db
-# src/vllm_router/parsers/parser.py; docs/references.md "production-stack router"). The
-# router chart sets it and `kvtier simulate` models it; here because both must import it without cdk8s.
+# kvaware (operator mode, whose router is not kvtier's): the simulator's model falls back (session key, else QPS) when
+# the best pod matched fewer than len(prompt) - this many tokens, production-stack's `--kv-aware-threshold` default
+# (vllm-project/production-stack@a6c01db src/vllm_router/parsers/parser.py; docs/references.md "production-stack
+# router"); here so that the simulator and the CLI share it.
 KV_AWARE_THRESHOLD = 2000
 # The header the standalone router's `session` (and kvaware's fallback) routing hashes (its --session-key), and the
 # one `kvtier bench shared-prefix` sends by default.
@@ -141,18 +135,6 @@ def l2_url(endpoint: Endpoint) -> str:
     return l2_dir_url(l2_subdir(endpoint))
 
 
-@dataclass(frozen=True)
-class Controller:
-    """Where a kvaware endpoint's LMCache workers report their L1 contents (the router's embedded controller)."""
-
-    host: str
-    tensor_parallel: int
-
-    @property
-    def worker_ports(self) -> list[int]:
-        return [WORKER_PORT_BASE + rank for rank in range(self.tensor_parallel)]
-
-
 def l1_pinned_gib(cache: CacheConfig) -> float:
     """Host memory LMCache pins in one replica, in GiB (all its ranks together): `l1_gb`, or the L2 staging buffer
     when L1 is off and an L2 is on. Pod memory requests and the planner's node-RAM check count this."""
@@ -168,21 +150,12 @@ def rank_cpu_size_gib(cache: CacheConfig, tensor_parallel: int) -> float:
     return l1_pinned_gib(cache) / tensor_parallel
 
 
-def lmcache_config(
-    cache: CacheConfig, l2_dir: str, controller: Controller | None = None, *, tensor_parallel: int | None = None
-) -> dict[str, Any]:
+def lmcache_config(cache: CacheConfig, l2_dir: str, *, tensor_parallel: int = 1) -> dict[str, Any]:
     """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2.
 
     `remote_url` (the directory `l2_dir` of the L2 volume, `l2_subdir`) is set for `l2: curvine` only; for
-    `tieredstorage` the operator injects its own. `tensor_parallel` is the endpoint's (ranks per replica); it
-    defaults to the controller's, else 1.
+    `tieredstorage` the operator injects its own. `tensor_parallel` is the endpoint's (ranks per replica).
     """
-    if controller is not None and tensor_parallel is not None and controller.tensor_parallel != tensor_parallel:
-        raise ValueError(
-            f"tensor_parallel {tensor_parallel} differs from the controller's {controller.tensor_parallel}"
-        )
-    if tensor_parallel is None:
-        tensor_parallel = controller.tensor_parallel if controller is not None else 1
     if cache.l1_gb == 0 and cache.l2 == "none":
         return {}
     config: dict[str, Any] = {
@@ -195,13 +168,6 @@ def lmcache_config(
     if cache.l2 == "curvine":
         config["remote_url"] = l2_dir_url(l2_dir)
         config |= curvine_format()
-    if controller is not None:
-        config |= {
-            "enable_controller": True,
-            "controller_pull_url": f"{controller.host}:{CONTROLLER_PULL_PORT}",
-            "controller_reply_url": f"{controller.host}:{CONTROLLER_REPLY_PORT}",
-            "lmcache_worker_ports": controller.worker_ports,
-        }
     return config
 
 

@@ -28,7 +28,6 @@ from kvtier.k8s.standalone import endpoint_lmcache_config, engine_deployment
 from kvtier.rules import load_checked
 from kvtier.serving import (
     L2_STAGING_GB,
-    Controller,
     env_name,
     l1_pinned_gib,
     lmcache_config,
@@ -109,12 +108,11 @@ CACHES = st.builds(
 
 
 @settings(deadline=None, max_examples=25)
-@given(cache=CACHES, tp=st.sampled_from([None, 1, 2, 4]))
+@given(cache=CACHES, tp=st.sampled_from([1, 2, 4]))
 def test_every_setting_parses_the_same_from_file_and_env(
-    cache: CacheConfig, tp: int | None, tmp_path_factory: pytest.TempPathFactory
+    cache: CacheConfig, tp: int, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    controller = Controller("qwen-router.kvtier-retail.svc.cluster.local", tp) if tp else None
-    config = lmcache_config(cache, "qwen3-8b", controller)
+    config = lmcache_config(cache, "qwen3-8b", tensor_parallel=tp)
     if not config:
         assert cache.l1_gb == 0 and cache.l2 == "none"
         return
@@ -245,11 +243,6 @@ def test_each_rank_pins_its_share_of_the_replicas_l1(
         return
     for engine in (_parse_file(tmp_path, config), _parse_env(monkeypatch, lmcache_env(config))):
         assert abs(tp * int(engine.max_local_cpu_size * 1024**3) - pinned * 1024**3) < tp
-    # A kvaware controller already knows the ranks; the two must agree.
-    controller = Controller("router", tp)
-    assert lmcache_config(cache, "qwen3-8b", controller)["max_local_cpu_size"] == config["max_local_cpu_size"]
-    with pytest.raises(ValueError, match="differs"):
-        lmcache_config(cache, "qwen3-8b", controller, tensor_parallel=tp + 1)
 
 
 def test_environment_wins_over_a_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
