@@ -22,7 +22,7 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool fuse
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
+	@echo "make fuse         install fusermount3 and libfuse3 (Debian fuse3) where missing, for the L2 fault tests"
 	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
 	@echo "make help         this list"
 
@@ -74,6 +75,12 @@ promtool:
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null) || \
 		echo "promtool could not be installed: the rule tests will skip (outside CI)"
 
+# fusermount3 and libfuse3 (Debian's `fuse3`) for the fault-injecting FUSE mount of the L2 tests
+# (tests/k8s/curvine/faultfs.py); installed only where missing (tests skip without it outside CI, fail under CI).
+fuse:
+	@command -v fusermount3 >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null) || \
+		echo "fuse3 could not be installed: the FUSE fault tests will skip (outside CI)"
+
 # With several stacks the CDK CLI ends `synth --quiet` with an info line "Supply a stack id (...) to display its
 # template" (aws-cdk 2.1148.1 lib/cli/cdk-toolkit.js `synth`): not useful here, so it is dropped; cdk's exit code stays.
 synth: setup
@@ -85,7 +92,7 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
-pytest: setup promtool $(CHECKOV_VENV)/.installed
+pytest: setup promtool fuse $(CHECKOV_VENV)/.installed
 	$(PY) -m pytest
 
 # Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.
