@@ -9,7 +9,8 @@ API (tests in tests/k8s/curvine and tests/engine; docs/l2.md "Failure modes, tes
     with mount(tmp_path) as fs:          # fs.path: the mount point; fs.source: the directory underneath
         fs.set_fault("master_down", block_s=2)
         fs.set_fault("none")
-        fs.kill_daemon()                 # SIGKILL: the mount now answers ENOTCONN
+        fs.bind(target)                  # a bind mount of it, as curvine-csi gives each pod (lazily unmounted too)
+        fs.kill_daemon()                 # SIGKILL: the mount and its bind mounts now answer ENOTCONN
 
 Faults (`set_fault(kind, **params)`), each what docs/references.md "Issue 22" says Curvine does:
   - none
@@ -38,7 +39,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,14 @@ class FaultFS:
     control: Path  # the JSON file the daemon reads its fault from
     process: subprocess.Popen[bytes]
     log: Path
+    binds: list[Path] = field(default_factory=list)
+
+    def bind(self, target: Path) -> Path:
+        """Bind-mount the FUSE mount at `target` (created), as curvine-csi's NodePublish does for each pod."""
+        target.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "--bind", str(self.path), str(target)], check=True, timeout=UNMOUNT_TIMEOUT_S)
+        self.binds.append(target)
+        return target
 
     def set_fault(self, kind: str, **params: Any) -> None:
         """Switch the fault; takes effect for the next operation the daemon serves."""
@@ -142,6 +151,8 @@ def mount(tmpdir: Path, source: Path | None = None) -> Iterator[FaultFS]:
         yield fs
     finally:
         fs.set_fault("none")  # releases anything hung inside before the unmount
+        for target in reversed(fs.binds):
+            subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=UNMOUNT_TIMEOUT_S, check=False)
         _unmount(mountpoint)
         if process.poll() is None:
             process.terminate()
