@@ -22,7 +22,7 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool fuse
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool fuse bench-janitor
 
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
@@ -34,6 +34,7 @@ help:
 	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
 	@echo "make bench-setup  time a fresh make setup in a fresh clone, step by step, write docs/benchmarks.md"
 	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
+	@echo "make bench-janitor one janitor pass over 1,000,000 files: time and memory, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
 	@echo "make fuse         install fusermount3 and libfuse3 (Debian fuse3) where missing, for the L2 fault tests"
@@ -112,6 +113,9 @@ bench-setup: setup
 
 bench-sim: setup
 	$(PY) -m tools.benchsim --repeat 5 --output docs/benchmarks.md
+
+bench-janitor: setup
+	$(PY) -m tools.benchjanitor --files 1000000 --output docs/benchmarks.md
 
 crds:
 	bash scripts/fetch-crds.sh
