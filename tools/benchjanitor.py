@@ -60,15 +60,18 @@ def measure(script: Path, root: Path, *args: str) -> tuple[float, float, int]:
 
 
 def section(files: int, per_dir: int, build_s: float, rows: list[tuple[str, tuple[float, float, int]]]) -> str:
-    limits = JANITOR_RESOURCES["limits"]
+    requests, limits = JANITOR_RESOURCES["requests"], JANITOR_RESOURCES["limits"]
+    cpu_limit = limits.get("cpu")
+    cpu_text = f"a CPU limit of {cpu_limit}" if cpu_limit else f"a CPU request of {requests['cpu']} and no CPU limit"
     lines = [
         "## L2 janitor at scale (`python -m tools.benchjanitor`)",
         "",
         f"One janitor pass over {files:,} files ({per_dir:,} per directory, sparse 36 MB files on local disk; building",
         f"the tree took {build_s:.0f} s), as its own process, on {platform.machine()} with Python "
-        f"{platform.python_version()} ({os.cpu_count()} cores, shared). The container's limits are "
-        f"{limits['cpu']} CPU and {limits['memory']} (`kvtier.sizing.JANITOR_RESOURCES`): at 100m, a pass takes about "
-        "ten times its CPU time in wall time, before FUSE latency.",
+        f"{platform.python_version()} ({os.cpu_count()} cores, shared). The janitor's container has "
+        f"{cpu_text} (it runs on idle CPU, and at its request's share of a busy node's) and a memory limit of "
+        f"{limits['memory']} (`kvtier.sizing.JANITOR_RESOURCES`). Times are on local disk: through FUSE, each "
+        "directory listing and `stat` is a request to the daemon.",
         "",
         "| Pass | Wall (s) | CPU (s) | Peak RSS (MiB) |",
         "|---|---:|---:|---:|",

@@ -19,8 +19,8 @@ from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest, env_var, field_env
 from kvtier.k8s.curvine.scripts import HEALER, script_text
+from kvtier.k8s.namespace import LOB_LABEL
 from kvtier.k8s.placement import placement
-from kvtier.naming import lob_namespace
 from kvtier.serving import L2_CLAIM
 from kvtier.sizing import HEALER_RESOURCES
 
@@ -52,7 +52,8 @@ def healer_args(env: Environment) -> list[str]:
         f"--pods-dir={PODS_DIR}",
         f"--driver={names.CSI_DRIVER}",
         f"--claim={L2_CLAIM}",
-        *(f"--namespace={lob_namespace(lob)}" for lob in env.lobs),
+        # The LOB namespaces are looked up at run time: adding a LOB changes no platform object (docs/l2.md).
+        f"--namespace-selector={LOB_LABEL}",
         f"--interval-seconds={INTERVAL_SECONDS}",
         "--stat-timeout-seconds=5",
         f"--dead-checks={DEAD_CHECKS}",
@@ -128,6 +129,7 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
         ],
     }
     _role(chart, "brake", names.NAMESPACE, BRAKE_RULES)
+    _namespace_reader(chart)
     for key, manifest in guard_objects().items():
         api_object(chart, key, manifest)
     api_object(
@@ -230,6 +232,32 @@ def _role(chart: cdk8s.Chart, id: str, namespace: str, rules: list[dict[str, Any
             "kind": "RoleBinding",
             "metadata": metadata,
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": names.HEALER},
+            "subjects": [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": names.NAMESPACE}],
+        },
+    )
+
+
+def _namespace_reader(chart: cdk8s.Chart) -> None:
+    """List namespaces (names and labels only; no access to anything in them): which are LOB namespaces now."""
+    metadata = {"name": names.HEALER}
+    api_object(
+        chart,
+        "namespaces-role",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": metadata,
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}],
+        },
+    )
+    api_object(
+        chart,
+        "namespaces-binding",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": names.HEALER},
             "subjects": [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": names.NAMESPACE}],
         },
     )

@@ -103,6 +103,12 @@ def fake_cluster() -> Iterator[FakeCluster]:
             if url.path == "/fuse/healthz":
                 self._reply(200 if cluster.fuse_up else 503, {})
                 return
+            if url.path == "/api/v1/namespaces":
+                selector = parse_qs(url.query).get("labelSelector", [""])[0]
+                names = sorted({p["metadata"]["namespace"] for p in cluster.pods} | cluster.forbidden)
+                items = [{"metadata": {"name": n}} for n in names if selector and n.startswith("kvtier-")]
+                self._reply(200, {"kind": "NamespaceList", "items": items})
+                return
             namespace = url.path.split("/")[4]  # /api/v1/namespaces/<ns>/pods
             with cluster.lock:
                 cluster.listed.append(namespace)

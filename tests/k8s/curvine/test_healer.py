@@ -237,6 +237,15 @@ def test_one_forbidden_namespace_and_a_pdb_stop_nothing_else(
     ]
 
 
+def test_lob_namespaces_are_found_at_run_time(tmp_path: Path, fuse: FaultFS, cluster: FakeCluster) -> None:
+    pods = tmp_path / "pods"
+    two_l2_pods(pods, fuse, cluster)
+    fuse.kill_daemon()
+    h = healer(cluster, pods, namespace_selector="kvtier.io/line-of-business")
+    h.namespaces = []  # nothing named: a LOB added after the healer started is found all the same
+    assert sorted(h.check()["evicted_pods"]) == ["kvtier-retail/engine-a", "kvtier-retail/engine-b"]
+
+
 def run_healer(cluster: FakeCluster, pods: Path, *extra: str) -> subprocess.Popen[str]:
     args = [
         f"--node={NODE}",

@@ -14,7 +14,8 @@ the driver named in the kubelet's `vol_data.json`), stats and opens it with a ti
   - holds too when more than --brake-share of the healers (at least --brake-min-nodes) report at once (their
     readiness, --healer-namespace/--healer-selector): a fleet-wide failure is not a node's to heal;
   - evicts (an Eviction API dry run, so PodDisruptionBudgets apply, then a delete the API server admits only for
-    pods that hold the L2 claim) only pods of the --namespace namespaces that hold claim --claim, at most one per endpoint (the pod's controller) per --endpoint-interval-seconds; a namespace it
+    pods that hold the L2 claim) only pods that hold claim --claim in the --namespace namespaces and those that
+    match --namespace-selector (looked up at each eviction, so a new LOB needs no new argument), at most one per endpoint (the pod's controller) per --endpoint-interval-seconds; a namespace it
     cannot list is reported and the others are still healed.
 /readyz answers 503 while any mount on the node does not answer or the healer holds (what `kvtier verify` reports),
 /healthz 503 when the loop itself stopped, /metrics the kvtier_l2_healer_* series. One JSON line per check that found
@@ -156,6 +157,11 @@ class Kube:
         items = self.call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}").get("items", [])
         return [i for i in items if isinstance(i, dict)]
 
+    def namespaces(self, label_selector: str) -> list[str]:
+        query = urllib.parse.urlencode({"labelSelector": label_selector})
+        items = self.call("GET", f"/api/v1/namespaces?{query}").get("items", [])
+        return sorted(str(i.get("metadata", {}).get("name")) for i in items if isinstance(i, dict))
+
     def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
         return self.list_pods(namespace, fieldSelector=f"spec.nodeName={node}")
 
@@ -215,6 +221,7 @@ class Healer:
     healer_namespace: str = ""
     healer_selector: str = ""
     health_timeout_s: float = 3.0
+    namespace_selector: str = ""
     dry_run: bool = False
     clock: Callable[[], float] = time.monotonic
     prober: Prober = field(default_factory=Prober)
@@ -279,7 +286,14 @@ class Healer:
     def _evict_pods_of(self, mounts: list[Mount], report: dict[str, Any]) -> None:
         uids = {m.pod_uid for m in mounts}
         errors: dict[str, str] = {}
-        for namespace in self.namespaces:
+        namespaces = list(self.namespaces)
+        if self.namespace_selector:  # the LOB namespaces as they are now: a new LOB needs no change here
+            try:
+                namespaces += [n for n in self.kube.namespaces(self.namespace_selector) if n not in namespaces]
+            except (OSError, ValueError) as err:
+                errors["(namespaces)"] = str(err)
+                self.namespace_errors_total += 1
+        for namespace in namespaces:
             try:
                 pods = self.kube.pods_on_node(namespace, self.node)
             except (OSError, ValueError) as err:  # one namespace (a missing Role, a stale entry) stops no other
@@ -375,6 +389,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="this node (default: $NODE_NAME)")
     parser.add_argument("--namespace", action="append", default=[], help="a namespace whose L2 pods may be evicted")
+    parser.add_argument("--namespace-selector", default="", help="also every namespace with this label selector")
     parser.add_argument("--claim", default="l2-cache", help="the L2 claim a pod must use to be evicted")
     parser.add_argument("--pods-dir", default="/var/lib/kubelet/pods")
     parser.add_argument("--driver", default="curvine")
@@ -436,6 +451,7 @@ def build(args: argparse.Namespace) -> Healer:
         healer_namespace=args.healer_namespace,
         healer_selector=args.healer_selector,
         health_timeout_s=args.health_timeout_seconds,
+        namespace_selector=args.namespace_selector,
         dry_run=args.dry_run,
     )
 
@@ -452,7 +468,7 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
             if report["not_answering"] or report["evicted_pods"] or report.get("namespace_errors") or args.once:
                 print(json.dumps(report, sort_keys=True), flush=True)
             errors = report.get("namespace_errors") or {}
-            if args.once and errors and len(errors) == len(args.namespace):
+            if args.once and errors and not report["evicted_pods"] and len(errors) >= len(args.namespace):
                 return EXIT_NO_API  # not one namespace answered
             if args.once or stop.wait(args.interval_seconds):
                 return EXIT_OK
