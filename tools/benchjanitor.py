@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-dir", type=int, default=1000)
     parser.add_argument("--workdir", type=Path, default=None, help="where to build the tree (default: a temp dir)")
     parser.add_argument("--script", type=Path, default=SCRIPT, help="the janitor script to measure")
+    parser.add_argument(
+        "--compare", type=Path, default=None, help="also measure this janitor script (e.g. an older one)"
+    )
+    parser.add_argument("--compare-label", default="before", help="how the section names --compare's rows")
     parser.add_argument("--output", type=Path, default=None, help="write the section into this Markdown file")
     args = parser.parse_args(argv)
     if args.files < 1 or args.per_dir < 1:
@@ -95,13 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         root = workdir / "l2"
         build_s = build_tree(root, args.files, args.per_dir)
         total_gb = args.files * CHUNK_BYTES / 1000**3
-        rows = [
-            ("under budget (list, account)", measure(args.script, root, f"--budget-gb={total_gb * 2:.3f}")),
-            (
-                "dry run at half the bytes (list, account, sort)",
-                measure(args.script, root, f"--budget-gb={total_gb / 2:.3f}", "--dry-run"),
-            ),
-        ]
+        rows: list[tuple[str, tuple[float, float, int]]] = []
+        scripts = [("", args.script)] + ([(f" ({args.compare_label})", args.compare)] if args.compare else [])
+        for label, script in scripts:  # peak RSS is the largest child's so far: the bigger script goes last
+            rows += [
+                (f"under budget (list, account){label}", measure(script, root, f"--budget-gb={total_gb * 2:.3f}")),
+                (
+                    f"dry run at half the bytes (list, account, sort){label}",
+                    measure(script, root, f"--budget-gb={total_gb / 2:.3f}", "--dry-run"),
+                ),
+            ]
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     body = section(args.files, args.per_dir, build_s, rows)

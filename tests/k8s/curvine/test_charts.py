@@ -654,3 +654,15 @@ def test_pods_select_their_role_and_tolerate_exactly_its_taints(
     pv = find(objs, "PersistentVolume", "kvtier-prod-retail")
     expressions = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"]
     assert {e["key"]: e["values"][0] for e in expressions} == placement(env, "gpu").node_selector
+
+
+def test_the_fuse_roll_procedure_uses_the_fuse_pods_real_label_and_namespace() -> None:
+    """docs/l2.md "Changing the FUSE pods' size": the commands select what curvine-csi labels its FUSE pods with."""
+    text = (ROOT / "docs" / "l2.md").read_text()
+    section = text.split("### Changing the FUSE pods' size", 1)[1].split("\n## ", 1)[0]
+    (label,) = [f"{k}={v}" for k, v in names.FUSE_POD_LABELS.items()]
+    commands = [line for line in section.splitlines() if line.startswith("kubectl")]
+    assert commands[0] == "kubectl cordon <node>" and commands[-2] == "kubectl uncordon <node>"
+    fuse = [c for c in commands if "-l " in c]
+    assert fuse and all(f"-n {names.NAMESPACE} " in c and f"-l {label} " in c for c in fuse)
+    assert any(c.startswith(f"kubectl -n {names.NAMESPACE} delete pod -l {label}") for c in fuse)
