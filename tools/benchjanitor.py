@@ -71,7 +71,8 @@ def section(files: int, per_dir: int, build_s: float, rows: list[tuple[str, tupl
         f"{platform.python_version()} ({os.cpu_count()} cores, shared). The janitor's container has "
         f"{cpu_text} (it runs on idle CPU, and at its request's share of a busy node's) and a memory limit of "
         f"{limits['memory']} (`kvtier.sizing.JANITOR_RESOURCES`). Times are on local disk: through FUSE, each "
-        "directory listing and `stat` is a request to the daemon.",
+        "directory listing and `stat` is a request to the daemon. Peak RSS is the largest of the passes so far "
+        "(getrusage of the children), so a row never shows less than the one above it.",
         "",
         "| Pass | Wall (s) | CPU (s) | Peak RSS (MiB) |",
         "|---|---:|---:|---:|",
