@@ -11,6 +11,7 @@ the two engine pods.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from tests.engine.scenario import (
     ENDPOINT,
     ENV_NAME,
     EXTERNAL_HITS,
+    JANITOR,
     LOB,
     MODEL_SEED,
     REPO,
@@ -70,8 +72,18 @@ class Phase:
 
 
 @dataclass
+class JanitorRun:
+    budget_bytes: int = 0
+    bytes_after_writer: int = 0  # what the L2 directory holds after the writer stopped and the janitor passed
+    lost_left: list[str] = field(default_factory=list)  # files of the lost worker still there
+    exit_code: int | None = None  # None: still running when the writer stopped (no crash loop)
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
 class ChaosObserved:
     phases: list[Phase] = field(default_factory=list)
+    janitor: JanitorRun = field(default_factory=JanitorRun)
     dead_reference: list[str] = field(default_factory=list)
     dead_answer: Answer | None = None
     healer_deleted_after_dead: list[str] = field(default_factory=list)
@@ -126,6 +138,48 @@ def start_healer(cluster: FakeCluster, pods_dir: Path, log: Path) -> subprocess.
     ]
     with log.open("wb") as out:
         return subprocess.Popen([sys.executable, l2_healer.__file__, *args], stdout=out, stderr=subprocess.STDOUT)
+
+
+def l2_bytes(source: Path) -> int:
+    return sum(p.stat().st_size for p in source.rglob("*.data") if p.is_file())
+
+
+def janitor_under_writer(a: Engine, fs: FaultFS, cluster: FakeCluster, workdir: Path, run: JanitorRun) -> None:
+    """The janitor's loop over the mount while A writes new prompts and the master reports a lost worker whose
+    blocks (the files written so far, as the fixture's `lost` fault) no longer read."""
+    written = sorted(fs.source.rglob("*.data"))
+    chunk = max(p.stat().st_size for p in written)
+    run.budget_bytes = 4 * chunk
+    lost = [str(p.relative_to(fs.source)) for p in written[:2]]
+    fs.set_fault("lost", paths=lost)
+    cluster.lost_workers = [7]
+    log = workdir / "janitor.log"
+    args = [
+        str(fs.path), f"--lob={LOB}", f"--budget-gb={run.budget_bytes / 1e9:.9f}", "--max-age-hours=24",
+        "--interval-seconds=1", f"--master-url={cluster.master_url}", "--keep-state",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        janitor = subprocess.Popen([sys.executable, str(JANITOR), *args], stdout=out, stderr=subprocess.STDOUT)
+    try:
+        for n in range(3):  # the writer: three new prompts, 3 chunks each
+            before = {p for p in fs.source.rglob("*") if p.is_file()}
+            a.new_log()
+            generate(a, prompt_ids(MODEL_SEED + 400 + n))
+            wait_stored(a, fs.source, before)
+        time.sleep(4)  # passes after the last write
+        run.exit_code = janitor.poll()
+    finally:
+        janitor.terminate()
+        try:
+            janitor.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            janitor.kill()
+            janitor.wait(timeout=10)
+        fs.set_fault("none")
+    run.bytes_after_writer = l2_bytes(fs.source)
+    run.lost_left = [p for p in lost if (fs.source / p).exists()]
+    lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+    run.summaries = [json.loads(line) for line in lines if line.startswith("{")][-3:]
 
 
 def kubelet_volume(pods_dir: Path, uid: str) -> Path:
@@ -210,6 +264,7 @@ def run_phases(
                 phase.resumed = generate(b, fresh)
             phase.deleted_during = cluster.deleted_names()
             observed.phases.append(phase)
+        janitor_under_writer(a, fs, cluster, workdir, observed.janitor)
         prompt = prompt_ids(MODEL_SEED + 300)
         before = {p for p in fs.source.rglob("*") if p.is_file()}
         a.new_log()

@@ -39,3 +39,10 @@ def test_the_healer_deletes_nothing_until_fuse_dies_then_exactly_the_engines(obs
     for phase in observed.phases:
         assert phase.deleted_during == [], phase.fault
     assert observed.healer_deleted_after_dead == ["kvtier-support/engine-A", "kvtier-support/engine-B"]
+
+
+def test_the_janitor_keeps_the_budget_while_a_writer_fills_it_and_a_worker_is_lost(observed: ChaosObserved) -> None:
+    run = observed.janitor
+    assert run.exit_code is None, f"the janitor exited ({run.exit_code}): {run.summaries}"
+    assert run.bytes_after_writer <= run.budget_bytes, run.summaries
+    assert run.lost_left == [], "the lost worker's files are gone (lost after two passes, or over budget)"

@@ -59,6 +59,7 @@ class FakeCluster:
     pdb_blocked: set[str] = field(default_factory=set)  # pod names whose eviction answers 429
     master_up: bool = True
     fuse_up: bool = True
+    lost_workers: list[int] = field(default_factory=list)  # what /master/api/workers lists as lost
     evictions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # Eviction API calls (dry runs)
     deleted: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
     listed: list[str] = field(default_factory=list)
@@ -99,6 +100,13 @@ def fake_cluster() -> Iterator[FakeCluster]:
             url = urlparse(self.path)
             if url.path == "/master/api/overview":
                 self._reply(200 if cluster.master_up else 503, {"live_workers": 1})
+                return
+            if url.path == "/master/api/workers":  # curvine-master router_handler.rs `workers`
+                workers = {
+                    "live_workers": [{"address": {"worker_id": 1}}],
+                    "lost_workers": [{"address": {"worker_id": w}} for w in cluster.lost_workers],
+                }
+                self._reply(200 if cluster.master_up else 503, workers)
                 return
             if url.path == "/fuse/healthz":
                 self._reply(200 if cluster.fuse_up else 503, {})
