@@ -100,7 +100,7 @@ pytest: setup promtool fuse $(CHECKOV_VENV)/.installed
 test: setup
 	$(MAKE) --no-print-directory -j2 --output-sync=target lint pytest
 
-test-engine: setup
+test-engine: setup fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
 	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine
