@@ -24,6 +24,16 @@ ENGINE_TIMEOUT_S ?= 2400
 
 .PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool fuse bench-janitor
 
+# The first synth or test of a clone installs for a minute or two before it does what was asked: say so up front
+# (scripts/install-venv.sh then prints each step, and a line every 8 s while one runs).
+ifneq ($(filter synth test pytest lint setup,$(or $(MAKECMDGOALS),help)),)
+ifeq ($(wildcard $(VENV)/.installed),)
+$(info make: first run in this clone: installing .venv/ (Python packages, requirements-dev.txt), node_modules/ (npm ci: \
+the CDK CLI) and the -O bytecode a synth loads; about 1-2 minutes with warm package caches, more on a cold machine; \
+later runs reuse them)
+endif
+endif
+
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
 	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest, in parallel)"
@@ -85,6 +95,7 @@ fuse:
 # With several stacks the CDK CLI ends `synth --quiet` with an info line "Supply a stack id (...) to display its
 # template" (aws-cdk 2.1148.1 lib/cli/cdk-toolkit.js `synth`): not useful here, so it is dropped; cdk's exit code stays.
 synth: setup
+	@echo "make synth: cdk synth of the default environment into cdk.out/ and dist/ (a few seconds) ..."
 	set -o pipefail; cdk synth --quiet 2>&1 | { grep -v '^Supply a stack id' || true; }
 	@echo "kvtier CLI: run 'source $(VENV)/bin/activate' in this shell, then 'kvtier --help'"
 
@@ -93,14 +104,24 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
+# -p tests.heartbeat: a line after 6 s of silence (collection, a long test), so a CI log never looks hung.
 pytest: setup promtool fuse $(CHECKOV_VENV)/.installed
-	$(PY) -m pytest
+	$(PY) -m pytest -p tests.heartbeat
 
-# Lint and the suite at once (each mostly one process, the machine has two cores); each prints as a block.
+# Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its
+# progress lines: a CI log is not a terminal); lint's few lines are kept aside and printed as one block after it.
+# (make's --output-sync=target would hold pytest's output until the whole suite ends.)
 test: setup
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint pytest
+	@lint_log=$$(mktemp); \
+	( $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1; echo $$? >"$$lint_log.rc" ) & \
+	$(MAKE) --no-print-directory pytest; rc=$$?; wait; \
+	echo "---- make lint (ran beside pytest) ----"; cat "$$lint_log"; lint_rc=$$(cat "$$lint_log.rc"); \
+	rm -f "$$lint_log" "$$lint_log.rc"; \
+	if [ "$$lint_rc" != 0 ]; then echo "make test: lint failed (exit $$lint_rc)"; fi; \
+	if [ "$$rc" != 0 ]; then echo "make test: pytest failed (exit $$rc)"; fi; \
+	[ "$$rc" = 0 ] && [ "$$lint_rc" = 0 ]
 
-test-engine: setup fuse
+test-engine: setup promtool fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
 	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine

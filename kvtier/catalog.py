@@ -561,6 +561,10 @@ class Model:
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
     source: str = ""
     as_of: str = COLLECTED
+    # The longest max_model_len vLLM starts with (its derived max_model_len: config.json `max_position_embeddings`,
+    # times a rope_scaling factor if any); None when unknown, and then max_model_len is not checked against it.
+    context_length: int | None = None
+    context_source: str = ""
 
     @property
     def dtype_bytes(self) -> int:
@@ -613,6 +617,8 @@ class ShapeLike(Protocol):
     def params_billion(self) -> float: ...
     @property
     def dtype(self) -> Literal["bfloat16", "float16"]: ...
+    @property
+    def context_length(self) -> int | None: ...
 
 
 class UnknownModelError(LookupError):
@@ -626,22 +632,47 @@ REF_FLOPS = "PaLM (arXiv 2204.02311) appendix B forward FLOPs 2N + 4LHQT per tok
 _MODEL_SRC = "reference curvine-lmcache.md 3 (config.json via citsjtu2020/LLM-Prof:sglang/Model_Config.md)"
 _MODEL_3P = "reference curvine-lmcache.md 3 [3P]"
 
+# Context lengths: config.json `max_position_embeddings` of each checkpoint (docs/references.md "Configuration and
+# validate (issue 29)"): read in a verbatim copy of config.json where one is in the code index, else as published by
+# Xinference's model registry [3P], which agrees with it wherever both exist.
+_CTX_CONFIG = "config.json max_position_embeddings, verbatim copy in citsjtu2020/LLM-Prof:sglang/Model_Config.md"
+_CTX_3P = "[3P] config.json max_position_embeddings as xorbitsai/inference llm_family.json context_length lists it"
+
 # params_billion: weights in GB from the same table divided by 2 bytes per bf16 parameter.
+_SHAPES = [
+    Model("Qwen/Qwen2-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
+    Model("Qwen/Qwen2.5-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
+    Model("Qwen/Qwen3-8B", 36, 32, 8, 128, 8.2, source=_MODEL_SRC),
+    Model("Qwen/Qwen3-32B", 64, 64, 8, 128, 32.75, source=_MODEL_SRC),
+    Model("meta-llama/Llama-3.1-8B-Instruct", 32, 32, 8, 128, 8.05, source=_MODEL_SRC),
+    Model("meta-llama/Llama-3.3-70B-Instruct", 80, 64, 8, 128, 70.5, source=_MODEL_3P),
+    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 28, 28, 4, 128, 7.6, source=_MODEL_3P),
+    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 48, 40, 8, 128, 14.75, source=_MODEL_3P),
+    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 64, 40, 8, 128, 32.75, source=_MODEL_3P),
+    Model("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", 32, 32, 8, 128, 8.05, source=_MODEL_3P),
+    Model("mistralai/Mistral-7B-Instruct-v0.3", 32, 32, 8, 128, 7.25, source=_MODEL_3P),
+]
+# Context lengths: each checkpoint's config.json `max_position_embeddings` (docs/references.md "Configuration and
+# validate (issue 29)"), read in a verbatim copy of config.json where the code index has one, else as Xinference's
+# model registry lists it [3P] (which agrees with the copies wherever both exist). None of these checkpoints has a
+# rope_scaling factor vLLM applies (Llama 3.1's rope_type llama3 is left unscaled), so this is vLLM's limit.
+_CTX_COPY = "config.json max_position_embeddings, verbatim copy in citsjtu2020/LLM-Prof:sglang/Model_Config.md"
+_CTX_3P = "[3P] config.json max_position_embeddings as xorbitsai/inference llm_family.json context_length lists it"
+_CONTEXT: Mapping[str, tuple[int, str]] = {
+    "Qwen/Qwen2-7B-Instruct": (32768, _CTX_3P),
+    "Qwen/Qwen2.5-7B-Instruct": (32768, _CTX_3P),
+    "Qwen/Qwen3-8B": (40960, _CTX_COPY),
+    "Qwen/Qwen3-32B": (40960, _CTX_COPY),
+    "meta-llama/Llama-3.1-8B-Instruct": (131072, _CTX_COPY + " (of Llama-3.1-8B, the same architecture); " + _CTX_3P),
+    "meta-llama/Llama-3.3-70B-Instruct": (131072, _CTX_3P),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B": (131072, _CTX_3P),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B": (131072, _CTX_3P),
+    "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B": (131072, _CTX_3P),
+    "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": (131072, _CTX_3P),
+    "mistralai/Mistral-7B-Instruct-v0.3": (32768, _CTX_3P),
+}
 MODELS: Mapping[str, Model] = {
-    m.id: m
-    for m in [
-        Model("Qwen/Qwen2-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
-        Model("Qwen/Qwen2.5-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
-        Model("Qwen/Qwen3-8B", 36, 32, 8, 128, 8.2, source=_MODEL_SRC),
-        Model("Qwen/Qwen3-32B", 64, 64, 8, 128, 32.75, source=_MODEL_SRC),
-        Model("meta-llama/Llama-3.1-8B-Instruct", 32, 32, 8, 128, 8.05, source=_MODEL_SRC),
-        Model("meta-llama/Llama-3.3-70B-Instruct", 80, 64, 8, 128, 70.5, source=_MODEL_3P),
-        Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 28, 28, 4, 128, 7.6, source=_MODEL_3P),
-        Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 48, 40, 8, 128, 14.75, source=_MODEL_3P),
-        Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 64, 40, 8, 128, 32.75, source=_MODEL_3P),
-        Model("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", 32, 32, 8, 128, 8.05, source=_MODEL_3P),
-        Model("mistralai/Mistral-7B-Instruct-v0.3", 32, 32, 8, 128, 7.25, source=_MODEL_3P),
-    ]
+    m.id: replace(m, context_length=_CONTEXT[m.id][0], context_source=_CONTEXT[m.id][1]) for m in _SHAPES
 }
 
 
@@ -652,6 +683,8 @@ def resolve_model(model_id: str, described: Mapping[str, ShapeLike]) -> Model:
     """
     shape = described.get(model_id)
     if shape is not None:
+        known = MODELS.get(model_id)
+        context = shape.context_length or (known.context_length if known is not None else None)
         return Model(
             id=model_id,
             layers=shape.layers,
@@ -662,6 +695,12 @@ def resolve_model(model_id: str, described: Mapping[str, ShapeLike]) -> Model:
             dtype=shape.dtype,
             source=f"the LOB file (models.{model_id})",
             as_of="config",
+            context_length=context,
+            context_source=(
+                f"the LOB file (models.{model_id}.context_length)"
+                if shape.context_length
+                else (known.context_source if known is not None else "")
+            ),
         )
     if model_id in MODELS:
         return MODELS[model_id]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
@@ -51,3 +52,13 @@ class UnavailableError(KvtierError):
     """Nothing could be checked (no credentials, no such cluster, no URL answered)."""
 
     exit_code = ExitCode.UNAVAILABLE
+
+
+SHOWN_NAMES = 5  # items an error lists before "and N more": one readable line however many there are
+
+
+def name_list(names: Sequence[str], shown: int = SHOWN_NAMES) -> str:
+    """`a, b, c`, or past `shown` items the first ones and `and 490 more`."""
+    if len(names) <= shown:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f" and {len(names) - shown} more"

@@ -28,6 +28,21 @@ def eks_cluster_name(env: str) -> str:
     return f"kvtier-{env}"
 
 
+# Required by the HyperPod Inference add-on (_validateRequiredValues.tpl, HPCLI@011ca927).
+INFERENCE_EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"
+
+
+def inference_role_names(env: str, region: str) -> dict[str, str]:
+    """The Inference Operator's explicitly named IAM roles (IAM names are per account: env and region keep
+    environments apart). Fixed names: preflight looks for leftovers of an earlier failed attempt under them."""
+    return {
+        "execution": f"{INFERENCE_EXECUTION_ROLE_PREFIX}-{env}-{region}",
+        "gated": f"kvtier-{env}-{region}-inference-gated",
+        "alb": f"kvtier-{env}-{region}-inference-alb",
+        "keda": f"kvtier-{env}-{region}-inference-keda",
+    }
+
+
 def lob_namespace(lob: str) -> str:
     return f"kvtier-{lob}"
 

@@ -57,6 +57,10 @@ KV_AWARE_THRESHOLD = 2000
 # The header the standalone router's `session` (and kvaware's fallback) routing hashes (its --session-key), and the
 # one `kvtier bench shared-prefix` sends by default.
 SESSION_HEADER = "x-session-id"
+# The standalone router's (vllm-router 0.1.17) counter of the requests each replica served, label `worker` (its
+# URL), on its Prometheus port: `kvtier bench --router-metrics-url` reads which replica served each request from it.
+ROUTER_SERVED_METRIC = "vllm_router_processed_requests_total"
+ROUTER_WORKER_LABEL = "worker"
 
 
 def env_name(key: str) -> str:

@@ -23,9 +23,14 @@ OPERATOR_VLLM_IMAGE = "public.ecr.aws/deep-learning-containers/vllm:0.11.1-gpu-p
 # LMCache version (Makefile LMCACHE_VERSION must equal STANDALONE_LMCACHE_VERSION; a test checks both).
 STANDALONE_VLLM_IMAGE = "lmcache/vllm-openai:v0.4.3"
 STANDALONE_LMCACHE_VERSION = "0.4.3"
-# vLLM production-stack router, release vllm-stack-0.1.12 (66b60661, 2026-07-24); bundles lmcache 0.3.11 for kvaware.
-ROUTER_IMAGE = "lmcache/lmstack-router:v0.1.12"
-ROUTER_LMCACHE_VERSION = "0.3.11"
+# Standalone router: vllm-project/router, `vllm-router` 0.1.17 on PyPI (newest on 2026-12-01). Its release pipeline
+# pushes `vllm/vllm-router:v<version>` to Docker Hub (.buildkite/scripts/publish-release-images.sh); the tag's existence
+# could not be checked from here (docs/references.md "Issue 25"): pin `router_image` to a digest you pulled.
+# The real-router test installs the same version from PyPI (tests/engine/requirements-router.txt; a test checks both).
+VLLM_ROUTER_VERSION = "0.1.17"
+ROUTER_IMAGE = f"vllm/vllm-router:v{VLLM_ROUTER_VERSION}"
+# kvtier's routing strategy -> the router's --policy; a strategy without one (kvaware) is refused in standalone mode.
+ROUTER_POLICY = {"prefixaware": "cache_aware", "session": "consistent_hash", "roundrobin": "round_robin"}
 # Kyverno: official chart (https://kyverno.github.io/kyverno/), chart 3.9.0 = app v1.19.0 (kyverno/kyverno@ee97ce09).
 KYVERNO_CHART_REPOSITORY = "https://kyverno.github.io/kyverno/"
 KYVERNO_CHART_VERSION = "3.9.0"

@@ -11,19 +11,52 @@ uv_pin="$(grep -E '^uv==' requirements-dev.txt | cut -d' ' -f1)"
 # Huge generated modules (aws_cdk.aws_quicksight) need more than uv's 60 s default to compile on a busy 2-core machine.
 export UV_COMPILE_BYTECODE_TIMEOUT="${UV_COMPILE_BYTECODE_TIMEOUT:-600}" UV_NO_PROGRESS=1
 
+# Pinned packages of the requirements file and the files it includes (-r), for the progress lines.
+pins="$(cat "$requirements" $(sed -n 's/^-r //p' "$requirements") | grep -c '==' || true)"
+HEARTBEAT_S="${KVTIER_HEARTBEAT_S:-8}"
+
+# Run one step with a line before and after, and a line every HEARTBEAT_S seconds while it runs: the installers run
+# quiet (their per-package lines would be hundreds), so without these a first set-up is a minute of silence.
+step() {
+  local what="$1" start rc beat
+  shift
+  start="$(date +%s)"
+  echo "install-venv: $what ..."
+  (while sleep "$HEARTBEAT_S"; do echo "install-venv:   still on ${what%%:*} ($(($(date +%s) - start)) s)"; done) &
+  beat=$!
+  rc=0
+  "$@" || rc=$?
+  kill "$beat" 2>/dev/null || true
+  wait "$beat" 2>/dev/null || true
+  [ "$rc" -eq 0 ] && echo "install-venv: ${what%%:*} done in $(($(date +%s) - start)) s"
+  return "$rc"
+}
+
 with_uv() {
-  "$python" -m pip install --quiet --disable-pip-version-check "$uv_pin" || return 1
+  step "step 1/3: uv (the installer) into $venv" \
+    "$python" -m pip install --quiet --disable-pip-version-check "$uv_pin" || return 1
   local uv=("$venv/bin/uv" pip install --python "$python" --compile-bytecode --quiet)
-  "${uv[@]}" -r "$requirements" &&
-    { [ "$#" -eq 0 ] || "${uv[@]}" --no-deps "$@"; } &&
-    "${uv[@]}" --no-deps -e .
+  local what="step 2/3: $pins pinned packages of $requirements with uv (downloads what its cache lacks, then"
+  what+=" compiles bytecode; about a minute with a warm cache)"
+  step "$what" "${uv[@]}" -r "$requirements" &&
+    step "step 3/3: ${*:+$* (without dependencies) and }kvtier itself (editable)" \
+      uv_rest "$@"
+}
+
+uv_rest() {
+  local uv=("$venv/bin/uv" pip install --python "$python" --compile-bytecode --quiet)
+  { [ "$#" -eq 0 ] || "${uv[@]}" --no-deps "$@"; } && "${uv[@]}" --no-deps -e .
 }
 
 with_pip() {
   local pip=("$python" -m pip install --quiet --disable-pip-version-check)
-  "${pip[@]}" -r "$requirements" &&
-    { [ "$#" -eq 0 ] || "${pip[@]}" --no-deps "$@"; } &&
-    "${pip[@]}" --no-deps -e .
+  step "step 1/2: $pins pinned packages of $requirements with pip (a few minutes)" "${pip[@]}" -r "$requirements" &&
+    step "step 2/2: ${*:+$* (without dependencies) and }kvtier itself (editable)" pip_rest "$@"
+}
+
+pip_rest() {
+  local pip=("$python" -m pip install --quiet --disable-pip-version-check)
+  { [ "$#" -eq 0 ] || "${pip[@]}" --no-deps "$@"; } && "${pip[@]}" --no-deps -e .
 }
 
 if [ "${KVTIER_INSTALLER:-uv}" = uv ] && with_uv "$@"; then

@@ -1,9 +1,10 @@
 """A real Prometheus (Debian's `prometheus` package) scraping kvtier's bench test server on 127.0.0.1 and evaluating
 kvtier's recording rules, while a small workload runs: cold prompts to server A, the same to B (L2 hits through
 the shared store), then again to A (GPU-cache hits). Used by tests/k8s/observability/test_prometheus.py, and run by hand
-to draw docs/img/observability-endpoint.png from the endpoint dashboard's panels:
+to draw the endpoint dashboard's panels over the test server (docs/img/observability-endpoint.png is drawn the same
+way from real engines by tests/engine/signals.py):
 
-    .venv/bin/python scripts/observability_demo.py docs/img/observability-endpoint.png
+    .venv/bin/python scripts/observability_demo.py observability-demo.png
 
 Prometheus listens on 127.0.0.1 only, runs at most `PROMETHEUS_BUDGET_S` and is stopped by its PID on every path.
 """
@@ -56,7 +57,7 @@ def write_config(folder: Path, targets: list[str], port: int) -> Path:
                 "static_configs": [
                     {
                         "targets": [t.removeprefix("http://") for t in targets],
-                        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT},
+                        "labels": {"lob": LOB, "kvtier_endpoint": ENDPOINT, "kvtier_component": "engine"},
                     }
                 ],
             },
@@ -148,9 +149,9 @@ def instant(url: str, expr: str) -> float | None:
     return float(result[0]["value"][1]) if result else None
 
 
-def panel_exprs(panel: PanelSpec) -> list[tuple[str, str]]:
-    """The panel's queries with the dashboard variables set to the demo endpoint."""
-    return [(q.legend, q.expr.replace("$lob", LOB).replace("$endpoint", ENDPOINT)) for q in panel.queries]
+def panel_exprs(panel: PanelSpec, lob: str = LOB, endpoint: str = ENDPOINT) -> list[tuple[str, str]]:
+    """The panel's queries with the dashboard variables set to one endpoint (the demo's by default)."""
+    return [(q.legend, q.expr.replace("$lob", lob).replace("$endpoint", endpoint)) for q in panel.queries]
 
 
 @dataclass
@@ -180,7 +181,12 @@ def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def plot(run: DemoRun, out: Path) -> None:
+DEMO_TITLE = (
+    "kvtier endpoint dashboard panels, evaluated by Prometheus 2.42 on kvtier's rules (bench test server, shared L2)"
+)
+
+
+def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, title: str = DEMO_TITLE) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -193,7 +199,7 @@ def plot(run: DemoRun, out: Path) -> None:
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
     for ax, panel in zip(axes, panels, strict=True):
-        for legend, expr in panel_exprs(panel):
+        for legend, expr in panel_exprs(panel, lob, endpoint):
             points = query_range(run.url, expr, run.start, run.end)
             if points:
                 ax.plot([t - run.start for t, _ in points], [v for _, v in points], label=legend)
@@ -202,16 +208,14 @@ def plot(run: DemoRun, out: Path) -> None:
         ax.set_ylabel({"percentunit": "share of prompt tokens", "short": "tokens/s", "Bps": "bytes/s"}[panel.unit])
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
-    fig.suptitle(
-        "kvtier endpoint dashboard panels, evaluated by Prometheus 2.42 on kvtier's rules (bench test server, shared L2)"
-    )
+    fig.suptitle(title)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
 
 
 if __name__ == "__main__":
-    target = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/img/observability-endpoint.png")
+    target = Path(sys.argv[1] if len(sys.argv) > 1 else "observability-demo.png")
     with demo() as run:
         plot(run, target)
     print(f"wrote {target}")

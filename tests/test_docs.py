@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import os
@@ -28,7 +29,8 @@ import pytest
 import yaml
 
 from kvtier.cli import build_parser
-from tests.support import ROOT
+from tests.support import ROOT, shared_path
+from tools import docsamples
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL_BLOCKS = {"bash", "sh", "shell"}  # every line is a command
@@ -262,6 +264,11 @@ def try_it_block() -> str:
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+def try_it_prose() -> list[str]:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Try it without AWS", 1)[1].split("\n## ", 1)[0].split("```", 2)[2].split()
+
+
 def free_ports(count: int) -> list[int]:
     sockets = [socket.socket() for _ in range(count)]
     try:
@@ -302,3 +309,71 @@ def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -
     assert "prefixaware*" in output  # simulate's table
     assert "speedup" in output  # bench sweep's summary
     assert list((clone / "bench-results").glob("sweep-*/result.json"))
+    # What the README says the block shows is what it shows.
+    skipped = re.search(r"\((\d+) of the (\d+) requests are longer than `max_model_len`", " ".join(try_it_prose()))
+    assert skipped, "the README no longer says how many requests simulate skips"
+    assert f"skipped {skipped[1]} of {skipped[2]} requests" in " ".join(output.split())
+
+
+def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_before_the_bench(tmp_path: Path) -> None:
+    """An earlier run's test server still holds 8101: the new one says so in one line and the block stops, instead
+    of benchmarking the old server."""
+    from kvtier.bench.testserver import FakeCluster
+
+    block = try_it_block()
+    steps = block[block.index("python -m kvtier.bench.testserver") :]
+    assert "kvtier bench sweep" in steps and "kill -0 $SERVER" in steps
+    with FakeCluster(1) as old:
+        steps = steps.replace("8101", str(old.servers[0].port)).replace("8102", str(free_ports(1)[0]))
+        env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
+        process = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", steps],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+        )  # fmt: skip
+        try:
+            output, _ = process.communicate(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+        assert old.servers[0].requests == 0  # the old server was not benchmarked
+    assert process.returncode != 0, output
+    assert f"cannot listen on 127.0.0.1 port {old.servers[0].port}: address already in use" in output
+    assert "Traceback" not in output
+    assert not (tmp_path / "bench-results").exists()
+
+
+SAMPLES = [sample for page in docsamples.PAGES for sample in docsamples.samples(page)]
+
+
+MEMORY_EDIT = ("config/environments/dev.yaml", "memory_percent: 20", "memory_percent: 10")
+
+
+def _memory_sample() -> docsamples.Sample:
+    (sample,) = [s for s in SAMPLES if s.edits == (MEMORY_EDIT,)]
+    return sample
+
+
+def test_the_docs_sample_outputs_are_found() -> None:
+    where = {s.where.split(":")[0] for s in SAMPLES}
+    assert {"docs/configuration.md", "docs/planning.md"} <= where
+    assert _memory_sample().commands == ("$ kvtier validate -e dev", "$ echo $?")
+    shown = "\n".join(s.text for s in SAMPLES if s.where.startswith("docs/configuration.md"))
+    assert "configuration is valid" in shown and "warning: " in shown and "kvtier validate: " in shown
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.where)
+def test_every_sample_output_is_what_the_tool_prints(sample: docsamples.Sample) -> None:
+    """Each `$ kvtier ...` block of the docs, run as written: a change of output or numbers fails here until
+    `python -m tools.docsamples --write` updates the page."""
+    needs_trace = any(docsamples.FULL_TRACE in c for c in sample.commands)
+    trace_dir = shared_path(f"data/traces/{docsamples.FULL_TRACE}").parent if needs_trace else None
+    assert docsamples.run(sample, trace_dir) == docsamples.normalise(sample.text), (
+        f"{sample.where}: the sample no longer matches the tool; run python -m tools.docsamples --write"
+    )
+
+
+def test_a_drifted_sample_is_caught() -> None:
+    validate = _memory_sample()
+    unedited = dataclasses.replace(validate, edits=())  # the shipped dev.yaml is valid: the output differs
+    assert "dev: configuration is valid" in docsamples.run(unedited, None)
+    assert docsamples.run(unedited, None) != docsamples.normalise(validate.text)

@@ -227,4 +227,7 @@ async def probe(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> Pro
         models = tuple(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
     except (ValueError, AttributeError):
         error = error or "GET /v1/models did not return a JSON model list"
+    if error is not None:  # say what answered instead, so a wrong URL or port is recognisable
+        kind = resp.headers.get("content-type", "no content type").split(";")[0].strip()
+        error += f" ({kind}: {_snippet(resp.text)!r})" if resp.text.strip() else f" ({kind}, empty body)"
     return Probe(url, True, resp.status_code, models, error)

@@ -122,9 +122,11 @@ TIERS = (
         ("vllm:external_prefix_cache_hits_total",),
         ("vllm:external_prefix_cache_queries_total",),
     ),
+    # LMCache looks up the whole prompt, the tokens vLLM already holds in L0 included, and vLLM loads only the rest
+    # (lmcache 0.4.3 vllm_v1_adapter.py `get_num_new_matched_tokens`, docs/references.md): this count overlaps L0.
     Tier(
         "lmcache_l1_l2",
-        "LMCache L1+L2 (LMCache's own count: prompt tokens it held at lookup)",
+        "LMCache held at lookup (L0's tokens included)",
         ("lmcache:num_lookup_hits_total", "lmcache:num_hit_tokens_total"),
         ("lmcache:num_lookup_tokens_total", "lmcache:num_requested_tokens_total"),
     ),
@@ -136,11 +138,17 @@ L2_IO = {
     "write_bytes": "lmcache:num_remote_write_bytes_total",
 }
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source (0.19)
-L1_L2_NOTE = (
-    "L1 (CPU DRAM) and L2 (shared storage) hit tokens cannot be separated: LMCache counts both in "
-    "lmcache:num_hit_tokens_total (and vLLM in vllm:external_prefix_cache_hits_total); L2 shows only as remote "
-    "read requests and bytes"
-)
+
+
+def l1_l2_note(metrics: Iterable[str]) -> str:
+    """Why L1 and L2 share a row, naming the counters this report read (`metrics`: the L1+L2 tiers' hit metrics)."""
+    return (
+        "L1 (CPU DRAM) and L2 (shared storage) hit tokens cannot be separated: "
+        + " and ".join(metrics)
+        + " count both; L2 shows only as remote read requests and bytes"
+    )
+
+
 POD_WIDE_NOTE = "counters are per server process: other traffic during the run is counted too"
 
 
@@ -224,10 +232,26 @@ def cache_report(before: Scrape, after: Scrape) -> dict[str, Any]:
             "no lmcache:* series: LMCache is off, or PROMETHEUS_MULTIPROC_DIR is not set in the vLLM container "
             "(LMCache runs in other processes and needs it to reach /metrics); L2 reads cannot be shown"
         )
-    if has_lmcache or "external_l1_l2" in report["tiers"]:
-        notes.append(L1_L2_NOTE)
+    l1_l2 = [report["tiers"][k]["metric"] for k in ("external_l1_l2", "lmcache_l1_l2") if k in report["tiers"]]
+    if l1_l2:
+        notes.append(l1_l2_note(l1_l2))
     notes.append(POD_WIDE_NOTE)
     return report
+
+
+def note_unseen(reports: list[dict[str, Any]], answered: int) -> None:
+    """Say so where a server's engine counters did not move while `answered` requests succeeded: its rows are zeros
+    because none of the run reached it (a --metrics-url of another pod), not because nothing hit."""
+    if answered == 0:
+        return
+    for report in reports:
+        l0 = report.get("tiers", {}).get("l0_gpu_prefix_cache", {})
+        if report.get("scraped") and l0.get("query_tokens") == 0:
+            report["notes"].insert(
+                0,
+                f"{report['url']} counted none of this run's {answered} answered requests (0 prompt tokens): "
+                "the requests went elsewhere; pass the URLs of the pods that served them with --metrics-url",
+            )
 
 
 def cache_totals(reports: list[dict[str, Any]]) -> dict[str, dict[str, float]]:

@@ -77,6 +77,7 @@ class RequestRecord:
     cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens, when the server reports it
     usage_reported: bool = False
     output_text: str = ""  # kept in memory (multiturn history), not written to JSON
+    replica: str | None = None  # the replica that served it, when the router's metrics tell (bench/replicas.py)
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in vars(self).items() if k != "output_text"}

@@ -9,7 +9,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from kvtier.bench.result import BenchResult
-from kvtier.bench.terminal import TIER_NAMES, ms, num, partial_note, pct, size, turn_rows
+from kvtier.bench.terminal import (
+    OF_WHAT,
+    TIER_NAMES,
+    ms,
+    num,
+    partial_note,
+    pct,
+    shared_notes,
+    size,
+    turn_rows,
+)
 
 __all__ = ["markdown", "ms", "num", "table"]
 
@@ -64,9 +74,35 @@ def markdown(result: BenchResult, plots: Sequence[str] = ()) -> str:
     lines += _errors(result)
     lines += _details(result)
     lines += _cache(result.cache)
+    lines += _replicas(result)
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots]
     return "\n".join(lines) + "\n"
+
+
+def _replicas(result: BenchResult) -> list[str]:
+    """Per request, the replica that served it (with --router-metrics-url; from the router's per-replica counter)."""
+    if not result.settings.get("router_metrics_url"):
+        return []
+    rows = [
+        [
+            str(r.index),
+            r.run,
+            r.replica or "unknown",
+            ms(r.ttft_ms),
+            str(r.cached_tokens if r.cached_tokens is not None else ""),
+        ]
+        for r in result.records
+    ]
+    return [
+        "",
+        "## Which replica served each request",
+        "",
+        "From the router's `vllm_router_processed_requests_total{worker}`, read before and after each request that ran "
+        "alone; `unknown`: it overlapped another request.",
+        "",
+        *table(["request", "run", "replica", "TTFT ms", "cached tokens"], rows),
+    ]
 
 
 def _errors(result: BenchResult) -> list[str]:
@@ -201,17 +237,18 @@ def _cache(reports: list[dict[str, Any]]) -> list[str]:
     if not reports:
         return ["", "## Cache hits per tier", "", "Metrics were not scraped (--no-metrics)."]
     out = ["", "## Cache hits per tier", "", "Deltas of each server's /metrics counters over the run (tokens)."]
+    shared = shared_notes(reports)
     for report in reports:
         out += ["", f"### {report['url']}", ""]
         tiers = report.get("tiers", {})
         if tiers:
             out += table(
-                ["tier", "hit tokens", "query tokens", "hit rate", "metric"],
+                ["tier", "hit tokens", "of", "hit rate", "metric"],
                 [
                     [
                         TIER_NAMES.get(key, t["title"]),
                         num(t["hit_tokens"]),
-                        num(t["query_tokens"]),
+                        f"{num(t['query_tokens'])} {OF_WHAT.get(key, 'tokens')}",
                         pct(t["hit_rate"]),
                         f"`{t['metric']}`",
                     ]
@@ -228,5 +265,7 @@ def _cache(reports: list[dict[str, Any]]) -> list[str]:
         by_source = report.get("prompt_tokens_by_source")
         if by_source:
             out += ["", "Prompt tokens by source (vLLM): " + ", ".join(f"{k} {num(v)}" for k, v in by_source.items())]
-        out += [""] + [f"- {n}" for n in report.get("notes", [])]
+        out += [""] + [f"- {n}" for n in report.get("notes", []) if n not in shared]
+    if shared:
+        out += ["", f"Every server ({len(reports)}):", "", *(f"- {n}" for n in shared)]
     return out

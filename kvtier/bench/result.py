@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtier import __version__
 from kvtier.bench.metrics import cache_totals
 from kvtier.bench.records import RequestRecord
 from kvtier.bench.stats import PERCENTILES, summarize
@@ -105,6 +106,7 @@ class BenchResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "format": FORMAT,
+            "kvtier_version": __version__,  # a later kvtier names the version that wrote a file it cannot read
             "workload": self.workload,
             "label": self.label,
             "partial": self.partial,
@@ -149,6 +151,11 @@ def load_result(path: Path) -> BenchResult:
         raise UsageError(f"cannot read result file {path}: {err}") from err
     except json.JSONDecodeError as err:
         raise UsageError(f"{path} is not JSON ({err.msg}); pass a result.json written by kvtier bench") from err
+    if isinstance(data, dict) and data.get("format") != FORMAT and _newer(data.get("format")):
+        raise UsageError(
+            f'{path} is a newer kvtier bench result ("format": "{data["format"]}"; this kvtier {__version__} reads '
+            f'"{FORMAT}"); read it with the kvtier version that wrote it{_writer(data)}, or upgrade kvtier'
+        )
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise UsageError(f'{path} is not a kvtier bench result (no "format": "{FORMAT}")')
     problem = shape_problem(data)
@@ -157,6 +164,20 @@ def load_result(path: Path) -> BenchResult:
             f"{path}: malformed kvtier bench result: {problem}; pass a result.json written by kvtier bench"
         )
     return BenchResult.from_json(data)
+
+
+def _newer(value: object) -> bool:
+    """`kvtier-bench/N` with N above ours: a file from a later kvtier, not a foreign one."""
+    prefix, _, ours = FORMAT.rpartition("/")
+    if not isinstance(value, str) or not value.startswith(prefix + "/"):
+        return False
+    number = value.removeprefix(prefix + "/")
+    return number.isdigit() and int(number) > int(ours)
+
+
+def _writer(data: dict[str, Any]) -> str:
+    version = data.get("kvtier_version")
+    return f" ({version})" if isinstance(version, str) and version else ""
 
 
 # What summaries, compare and the report read from a result file, by type: a hand-edited or foreign file must fail

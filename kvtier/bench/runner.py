@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvtier.bench.client import Probe, probe
-from kvtier.bench.metrics import cache_report, scrape_all
+from kvtier.bench.metrics import cache_report, note_unseen, scrape_all
 from kvtier.bench.prompts import PromptMaker
 from kvtier.bench.records import Api
 from kvtier.bench.result import BenchResult
@@ -43,6 +43,7 @@ class RunOptions:
     label: str | None = None
     percentiles: tuple[float, ...] = PERCENTILES
     slo_ms: dict[str, float] | None = None  # goodput bounds: ttft, tpot, e2e
+    router_metrics_url: str | None = None  # the router's Prometheus port: record which replica served each request
 
 
 def run_workload(workload: Workload, options: RunOptions) -> BenchResult:
@@ -95,7 +96,12 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         maker = PromptMaker(options.seed, options.salt)
         ctx = Context(model, options.api, maker, ignore_eos=options.ignore_eos, percentiles=options.percentiles)
         with Tracker(options.progress, f"{workload.name} {options.salt}", workload.planned()) as tracker:
-            session = Session(timeout_s=options.timeout_s, tracker=tracker, client=client)
+            session = Session(
+                timeout_s=options.timeout_s,
+                tracker=tracker,
+                client=client,
+                router_metrics_url=options.router_metrics_url,
+            )
             work = asyncio.create_task(workload.run(session, ctx))
             with _stop_on_signals(work, interrupt):
                 try:
@@ -116,9 +122,12 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         "metrics_urls": scraped,
         "percentiles": list(options.percentiles),
         "slo_ms": options.slo_ms,
+        "router_metrics_url": options.router_metrics_url,
         "group_by": workload.group_by,
         "throughput_over": "busy" if workload.busy_time else "span",
     }
+    cache = [cache_report(b, a) for b, a in zip(before, after, strict=True)]
+    note_unseen(cache, sum(1 for r in session.records if r.ok))
     interrupted = None
     if interrupt.signal is not None:
         interrupted = {"signal": interrupt.signal, "dropped_in_flight": session.sent - len(session.records)}
@@ -129,7 +138,7 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         settings=settings,
         run_order=list(workload.runs),
         records=session.records,
-        cache=[cache_report(b, a) for b, a in zip(before, after, strict=True)],
+        cache=cache,
         details=workload.details(session.records, ctx),
         probes=[_probe_json(p) for p in probes],
         label=options.label,
@@ -141,8 +150,15 @@ def _discover_model(probes: list[Probe]) -> str:
     for p in probes:
         if p.models:
             return p.models[0]
-    told = "; ".join(f"{p.url}: {p.error or 'no models listed'}" for p in probes)
-    raise UsageError(f"cannot read the model name from GET /v1/models ({told}); pass --model")
+    answered = [p for p in probes if p.answered]
+    if any(p.error is None for p in answered):  # an OpenAI-style model list, but an empty one
+        listed = ", ".join(p.url for p in answered if p.error is None)
+        raise UsageError(f"GET /v1/models at {listed} lists no model; pass the served model's name with --model")
+    told = "; ".join(f"{p.url}/v1/models answered {p.error}" for p in answered)
+    raise UsageError(
+        f"not an OpenAI-compatible server: {told}; point the URL at vLLM or its router (the port of its OpenAI "
+        "API, /v1/completions), not at another service"
+    )
 
 
 def _probe_json(p: Probe) -> dict[str, Any]:

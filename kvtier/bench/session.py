@@ -14,10 +14,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from kvtier.bench.client import send
 from kvtier.bench.records import Request, RequestRecord
+from kvtier.bench.replicas import served_counts, single_mover
+
+PLAIN_EVERY_S = 5.0  # off a terminal (a CI log, a pipe): one progress line at most this often
 
 
 class Tracker:
-    """The live progress bar (on stderr, only on a terminal): requests done, and how many failed."""
+    """The live progress bar on stderr: requests done, and how many failed. Off a terminal, where a bar cannot
+    redraw, a plain line every PLAIN_EVERY_S seconds instead, so a long run never looks hung (--no-progress: none)."""
 
     def __init__(
         self, enabled: bool, description: str, total: int | None = None, console: Console | None = None
@@ -35,9 +39,16 @@ class Tracker:
         self.task: TaskID = self.progress.add_task(description, total=total, status="")
         self.ok = 0
         self.failed = 0
+        self.description = description
+        self.total = total
+        self.plain = enabled and not self.console.is_terminal
+        self.started = self.last_line = time.monotonic()
 
     def __enter__(self) -> Tracker:
         self.progress.start()
+        if self.plain:
+            planned = f"{self.total} requests" if self.total else "requests"
+            self.console.print(f"{self.description}: sending {planned} ...", markup=False, highlight=False)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -50,16 +61,37 @@ class Tracker:
             self.failed += 1
         status = f"ok {self.ok}" + (f" [red]errors {self.failed}[/red]" if self.failed else "")
         self.progress.update(self.task, advance=1, status=status)
+        now = time.monotonic()
+        if self.plain and now - self.last_line >= PLAIN_EVERY_S:
+            self.last_line = now
+            done = self.ok + self.failed
+            of = f" of {self.total}" if self.total else ""
+            errors = f", {self.failed} failed" if self.failed else ""
+            self.console.print(
+                f"{self.description}: {done}{of} requests done{errors} ({now - self.started:.0f} s)",
+                markup=False,
+                highlight=False,
+            )
 
 
 class Session:
-    def __init__(self, *, timeout_s: float, tracker: Tracker, client: httpx.AsyncClient | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float,
+        tracker: Tracker,
+        client: httpx.AsyncClient | None = None,
+        router_metrics_url: str | None = None,
+    ) -> None:
         self.timeout_s = timeout_s
         self.tracker = tracker
         self.client = client or new_client(timeout_s)
         self.origin = time.perf_counter()
         self.records: list[RequestRecord] = []
         self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
+        self.router_metrics_url = router_metrics_url  # the router's Prometheus port: which replica served (replicas.py)
+        self.in_flight = 0
+        self.started = 0  # requests started so far: one that started while another ran spoils both attributions
 
     async def __aenter__(self) -> Session:
         return self
@@ -74,10 +106,24 @@ class Session:
 
     async def one(self, req: Request) -> RequestRecord:
         self.sent += 1
-        record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        alone = self.router_metrics_url is not None and self.in_flight == 0
+        self.in_flight += 1
+        self.started += 1
+        mine = self.started
+        try:
+            before = await self._served() if alone else None
+            record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+        finally:
+            self.in_flight -= 1
+        if alone and self.started == mine:  # nothing else started while it ran
+            record.replica = single_mover(before, await self._served())
         self.records.append(record)
         self.tracker.done(record)
         return record
+
+    async def _served(self) -> dict[str, float] | None:
+        assert self.router_metrics_url is not None
+        return await served_counts(self.client, self.router_metrics_url, timeout_s=min(self.timeout_s, 5.0))
 
     async def unrecorded(self, req: Request) -> RequestRecord:
         """Send a request that is not part of any run (a warm-up): measured, but not in `records`."""

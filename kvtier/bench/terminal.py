@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kvtier.bench.replicas import replica_summary
 from kvtier.bench.result import BenchResult
 
 WIDTH = 80
@@ -18,7 +19,14 @@ GAP = "  "
 TIER_NAMES = {
     "l0_gpu_prefix_cache": "L0 GPU prefix cache",
     "external_l1_l2": "L1+L2 (vLLM external)",
-    "lmcache_l1_l2": "L1+L2 (LMCache)",
+    "lmcache_l1_l2": "LMCache held at lookup",
+}
+# What each tier's query tokens are: vLLM asks LMCache only for what L0 missed, but LMCache looks up whole prompts,
+# so its count includes L0's hits (kvtier/bench/metrics.py TIERS) and must not read as a third tier.
+OF_WHAT = {
+    "l0_gpu_prefix_cache": "prompt tokens",
+    "external_l1_l2": "tokens L0 missed",
+    "lmcache_l1_l2": "prompt tokens, L0's hits included",
 }
 
 
@@ -229,12 +237,14 @@ def detail_lines(result: BenchResult, wide: bool) -> list[str]:
 def cache_lines(reports: Sequence[dict[str, Any]], wide: bool) -> list[str]:
     width = None if wide else WIDTH
     lines: list[str] = []
+    shared = shared_notes(reports)
     for report in reports:
         lines.append(f"cache at {report['url']}:")
         for key, t in report.get("tiers", {}).items():
             name = TIER_NAMES.get(key, key)
             hits, queries = num(t.get("hit_tokens")), num(t.get("query_tokens"))
-            lines += wrap(f"{name}: {hits} of {queries} tokens hit ({pct(t.get('hit_rate'))})", width, "  ")
+            what = OF_WHAT.get(key, "tokens")
+            lines += wrap(f"{name}: {hits} of {queries} {what} ({pct(t.get('hit_rate'))})", width, "  ")
         io = report.get("l2_io", {})
         if io:
             reads = f"{num(io.get('read_requests'))} ({size(io.get('read_bytes'))})"
@@ -243,8 +253,20 @@ def cache_lines(reports: Sequence[dict[str, Any]], wide: bool) -> list[str]:
         if not report.get("tiers") and not io:
             lines.append("  none readable")
         for note in report.get("notes", []):
-            lines += wrap(note, width, "  - ")
+            if note not in shared:
+                lines += wrap(note, width, "  - ")
+    if shared:
+        lines.append("cache notes:" if len(reports) == 1 else f"cache notes (all {len(reports)} servers):")
+        lines += [line for note in shared for line in wrap(note, width, "  - ")]
     return lines
+
+
+def shared_notes(reports: Sequence[dict[str, Any]]) -> list[str]:
+    """Notes every report has (said once, after the servers); the others stay with their server."""
+    if len(reports) < 2:
+        return []
+    first: list[str] = list(reports[0].get("notes", []))
+    return [n for n in first if all(n in r.get("notes", []) for r in reports[1:])]
 
 
 def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
@@ -262,7 +284,20 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
     lines += sweep_table(result, wide)
     lines += detail_lines(result, wide)
     lines += cache_lines(result.cache, wide)
+    lines += replica_lines(result, width)
     return lines
+
+
+def replica_lines(result: BenchResult, width: int | None) -> list[str]:
+    """Requests per replica, from the router's counter (only with --router-metrics-url)."""
+    if not result.settings.get("router_metrics_url"):
+        return []
+    summary = replica_summary(result.records)
+    served = ", ".join(f"{replica} {count}" for replica, count in summary["per_replica"].items()) or "none known"
+    text = f"served by (router metrics): {served}"
+    if summary["unknown"]:
+        text += f"; {summary['unknown']} overlapped another request or were not counted (replica unknown)"
+    return wrap(text, width)
 
 
 def partial_note(result: BenchResult) -> str:

@@ -21,13 +21,15 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import socket
 import struct
+import sys
 import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from kvtier.serving import SESSION_HEADER
 
@@ -59,7 +61,7 @@ class Behaviour:
     # stats thread publishes them (every 10 s in LMCache 0.4.3, docs/references.md); 0: at once.
     lmcache_publish_s: float = 0.0
     usage: bool = True  # send `usage` in the last chunk
-    model: str = "kvtier/fake-model"
+    model: str = "kvtier/fake-model"  # "": GET /v1/models lists none
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
     reset_after_chunks: int | None = None  # abort the connection (TCP RST) after this many text chunks
 
@@ -184,6 +186,7 @@ class FakeServer:
         c = self.counters
         labels = 'engine="0",model_name="fake \\"model\\", v1"'
         lines = [
+            f"# kvtier testserver pid {os.getpid()}",  # lets a script tell its own server from one left running
             "# HELP vllm:prefix_cache_queries Prefix cache queries, in tokens.",
             "# TYPE vllm:prefix_cache_queries counter",
         ]
@@ -240,7 +243,10 @@ class FakeServer:
         b = self.behaviour
         keep = b.keep_alive and headers.get("connection", "").lower() != "close"
         if method == "GET" and path == "/v1/models":
-            models = {"object": "list", "data": [{"id": b.model, "object": "model", "root": "/models/fake"}]}
+            models = {
+                "object": "list",
+                "data": [{"id": b.model, "object": "model", "root": "/models/fake"}] if b.model else [],
+            }
             await _respond(writer, 200, models, keep=keep)
         elif method == "GET" and path == "/metrics":
             if b.metrics:
@@ -399,6 +405,7 @@ class FakeCluster:
         stores = [self.shared if shared_l2 else SharedStore() for _ in range(count)]
         self.servers = [FakeServer(behaviour or Behaviour(), store) for store in stores]
         self._ports = ports or (0,) * count
+        self.failed_port: int | None = None  # the port that could not be bound, when __enter__ failed
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kvtier-fake-cluster", daemon=True)
 
@@ -408,8 +415,14 @@ class FakeCluster:
 
     def __enter__(self) -> FakeCluster:
         self._thread.start()
-        for server, port in zip(self.servers, self._ports, strict=True):
-            asyncio.run_coroutine_threadsafe(server.start(port), self._loop).result(timeout=10)
+        try:
+            for server, port in zip(self.servers, self._ports, strict=True):
+                self.failed_port = port
+                asyncio.run_coroutine_threadsafe(server.start(port), self._loop).result(timeout=10)
+            self.failed_port = None
+        except BaseException:
+            self.__exit__()  # a port in use: stop the servers already listening and the loop's thread
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -429,22 +442,60 @@ async def _cancel_others() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--port", type=int, action="append", help="port of one server (repeat for more)")
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a port number; use 1 to 65535") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a TCP port; use 1 to 65535")
+    return port
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad flags give one line and exit 2, like a port already in use."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"kvtier testserver: {message} (--help lists the options)\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _OneLineParser(
+        prog="python -m kvtier.bench.testserver",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--port", type=_port, action="append", help="port of one server (repeat for more)")
     parser.add_argument("--cold-s", type=float, default=Behaviour.cold_s)
     parser.add_argument("--l2-s", type=float, default=Behaviour.l2_s)
     parser.add_argument("--warm-s", type=float, default=Behaviour.warm_s)
     parser.add_argument("--no-shared-l2", action="store_true", help="each server gets its own store (no shared L2)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     ports = tuple(args.port or [8101, 8102])
+    if len(set(ports)) != len(ports):
+        parser.error(f"--port repeats a port ({' '.join(map(str, ports))}); give each server its own")
     behaviour = Behaviour(cold_s=args.cold_s, l2_s=args.l2_s, warm_s=args.warm_s)
-    with FakeCluster(len(ports), behaviour, ports, shared_l2=not args.no_shared_l2) as cluster:
+    cluster = FakeCluster(len(ports), behaviour, ports, shared_l2=not args.no_shared_l2)
+    try:
+        cluster.__enter__()
+    except OSError as err:
+        # Most often a test server left running by an earlier run: it would answer the requests meant for this one.
+        print(
+            f"kvtier testserver: cannot listen on 127.0.0.1 port {cluster.failed_port}: "
+            f"{os.strerror(err.errno).lower() if err.errno else err}; stop what holds it (an earlier test server? `ss -ltnp` shows it) or pass "
+            "another --port",
+            file=sys.stderr,
+        )
+        return 2
+    try:
         what = "one L2 per server, not shared" if args.no_shared_l2 else "one shared L2"
         print(f"fake servers ({what}):", " ".join(cluster.urls), flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             threading.Event().wait()
+    finally:
+        cluster.__exit__()
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

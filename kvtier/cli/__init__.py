@@ -7,7 +7,10 @@ command runs, so `kvtier validate` stays fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
+import json
 import sys
 from collections.abc import Sequence
 
@@ -36,15 +39,65 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
+MAX_LINE = 1000  # characters of one error line on stderr; a message that long has its lists capped at the source
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    if "--json" in words:
+        args = _parse_for_json(parser, words)
+        if isinstance(args, int):
+            return args
+    else:
+        args = parser.parse_args(words)
     try:
         code: int = args.func(args)
     except KvtierError as err:
-        print(f"kvtier {args.command}: {err}", file=sys.stderr)
+        _fail(args, str(err), int(err.exit_code), getattr(err, "problems", None))
         return int(err.exit_code)
     except KeyboardInterrupt:
-        print(f"kvtier {args.command}: interrupted", file=sys.stderr)
-        return 130
+        _fail(args, "interrupted", INTERRUPTED)
+        return INTERRUPTED
     return code if code is not None else int(ExitCode.OK)
+
+
+def _parse_for_json(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace | int:
+    """Parse `words`; a usage error (exit 2) is also printed as JSON on stdout, as every other error with --json."""
+    captured = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(captured):
+            return parser.parse_args(words)
+    except SystemExit as exit_:
+        sys.stderr.write(captured.getvalue())
+        if exit_.code in (0, None):
+            raise
+        lines = captured.getvalue().strip().splitlines()
+        command = next((w for w in words if w in COMMANDS), None)
+        _print_error_json(command, lines[-1] if lines else "invalid usage", int(ExitCode.USAGE), None)
+        return int(ExitCode.USAGE)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int, problems: Sequence[object] | None = None) -> None:
+    """The error line on stderr; with --json also a JSON object on stdout, so a script reads every outcome there."""
+    text = f"kvtier {args.command}: {message}"  # one problem a line; the first carries the command
+    print("\n".join(_cap(line) for line in text.splitlines()), file=sys.stderr)
+    if getattr(args, "json", False):
+        _print_error_json(args.command, message, code, problems)
+
+
+def _cap(line: str) -> str:
+    """A line a person can read: cut past MAX_LINE characters, saying how much and where the whole message is."""
+    if len(line) <= MAX_LINE:
+        return line
+    kept = MAX_LINE - 100
+    return f"{line[:kept]} ... ({len(line) - kept:,} more characters; --json prints the whole message)"
+
+
+def _print_error_json(command: str | None, message: str, code: int, problems: Sequence[object] | None) -> None:
+    error: dict[str, object] = {"command": command, "exit_code": code, "message": message}
+    if problems:
+        error["problems"] = [vars(p) for p in problems]
+    json.dump({"error": error}, sys.stdout, indent=2, sort_keys=True)
+    sys.stdout.write("\n")

@@ -277,6 +277,12 @@ def _common(parser: argparse.ArgumentParser, api: str) -> None:
         help="scrape this base URL's /metrics instead of the target URLs (repeat per pod)",
     )
     parser.add_argument("--no-metrics", action="store_true", help="do not scrape /metrics")
+    parser.add_argument(
+        "--router-metrics-url",
+        type=_url,
+        help="the standalone router's Prometheus port (http://ROUTER:29000): each request that ran alone records "
+        "which replica served it, from the router's per-replica counter",
+    )
     parser.add_argument("--ignore-eos", action="store_true", help="ask vLLM for exactly max_tokens (vLLM extension)")
     parser.add_argument("--label", help="a name for this run, shown in the summary and by compare")
     parser.add_argument("--out", type=Path, help="output folder (default: bench-results/<workload>-<time>-<salt>)")
@@ -341,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
         label=args.label,
         percentiles=tuple(args.percentiles),
         slo_ms=args.slo,
+        router_metrics_url=args.router_metrics_url,
     )
     try:
         result = run_workload(workload, options)

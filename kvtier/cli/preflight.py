@@ -1,9 +1,12 @@
 """`kvtier preflight`: is the account ready for the environment's first deploy? Read-only AWS calls with your
 credentials: the CDK bootstrap stack, the account, HyperPod service quotas for every instance group, the zones and
 their AZ IDs, every pinned EKS add-on version for the Kubernetes version, the HyperPod Inference add-on in the region,
-and an existing cluster's status and orchestrator.
+each group's instance type offered in every zone, leftovers of an earlier failed attempt under kvtier's fixed names,
+and an existing cluster's status, orchestrator, NodeRecovery and OIDC provider.
 
-Exit 0 ready, 1 problems (each with its fix), 3 cannot check (no credentials, AWS unreachable).
+AWS calls time out after 4 s to connect and 8 s to read, 2 attempts each.
+Exit 0 ready, 1 problems (each with its fix), 3 cannot check (no credentials, AWS unreachable, a malformed AWS
+config file).
 """
 
 from __future__ import annotations
@@ -32,9 +35,12 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
+    from kvtier.ops.aws import announce
     from kvtier.ops.preflight import clients, collect
 
-    report = collect(config.env, clients(config.env, args.profile))
+    aws = clients(config.env, args.profile)
+    announce(f"AWS in {config.env.region}", str(aws.cloudformation.meta.endpoint_url))
+    report = collect(config.env, aws)
     if args.json:
         print_json(report.to_json())
     else:

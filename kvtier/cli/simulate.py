@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
-from kvtier.errors import ExitCode, UsageError
+from kvtier.errors import ExitCode, UsageError, name_list
 from kvtier.serving import KV_AWARE_THRESHOLD
 from kvtier.simulate.engine import JANITOR_EVERY_S
 from kvtier.simulate.routers import STRATEGIES
@@ -260,6 +260,11 @@ def _check_flags(args: argparse.Namespace) -> None:
 
 def _pick(config: Config, lob_name: str | None, endpoint_name: str | None) -> tuple[LineOfBusiness, Endpoint]:
     lobs = {lob.name: lob for lob in config.lobs}
+    if not lobs:
+        raise UsageError(
+            f"{config.files['env']}: lobs: environment '{config.env.name}' runs no line of business, so it has no "
+            "endpoint to simulate; list a LOB file under lobs: (see config/lobs/), or pick another environment with -e"
+        )
     if lob_name is None:
         if len(lobs) != 1:
             raise UsageError(f"--lob is needed: environment '{config.env.name}' runs {', '.join(lobs) or 'no LOB'}")
@@ -272,10 +277,12 @@ def _pick(config: Config, lob_name: str | None, endpoint_name: str | None) -> tu
     endpoints = {e.name: e for e in lob.endpoints}
     if endpoint_name is None:
         if len(endpoints) != 1:
-            raise UsageError(f"--endpoint is needed: LOB '{lob.name}' has {', '.join(endpoints)}")
+            raise UsageError(f"--endpoint is needed: LOB '{lob.name}' has {name_list(list(endpoints))}")
         endpoint_name = next(iter(endpoints))
     if endpoint_name not in endpoints:
-        raise UsageError(f"--endpoint '{endpoint_name}' is not in LOB '{lob.name}'; use one of {', '.join(endpoints)}")
+        raise UsageError(
+            f"--endpoint '{endpoint_name}' is not in LOB '{lob.name}'; use one of {name_list(list(endpoints))}"
+        )
     return lob, endpoints[endpoint_name]
 
 

@@ -3,7 +3,9 @@ Tiered Storage, node recovery, and the EKS add-ons kvtier expects, each with a v
 
 Read-only AWS calls (sagemaker:DescribeCluster, eks:DescribeCluster, eks:DescribeAddon, cloudformation:ListStacks and
 DescribeStacks: kvtier-<env>-* stacks the config no longer builds) with your credentials.
-Exit 0 healthy, 1 degraded, 3 cannot check (no credentials, no such cluster, AWS unreachable).
+AWS calls time out after 4 s to connect and 8 s to read, 2 attempts each.
+Exit 0 healthy, 1 degraded, 3 cannot check (no credentials, no such cluster, AWS unreachable, a malformed AWS config
+file).
 """
 
 from __future__ import annotations
@@ -32,9 +34,11 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
+    from kvtier.ops.aws import announce
     from kvtier.ops.status import clients, cloudformation_client, collect
 
     sagemaker, eks = clients(config.env, args.profile)
+    announce(f"AWS in {config.env.region}", str(sagemaker.meta.endpoint_url))
     report = collect(config.env, sagemaker, eks, cloudformation=cloudformation_client(config.env, args.profile))
     if args.json:
         print_json(report.to_json())

@@ -31,8 +31,8 @@ IMAGE_SOURCES: dict[str, str] = {
     "livenessprobe": "kubernetes-csi/livenessprobe v2.19.0 (d2d15a5e, 2026-05-21)",
 }
 
-_CPU = re.compile(r"^(\d+)(\.\d{1,3})?$|^(\d+)m$")
-_MEMORY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti)?$")
+_CPU = re.compile(r"^(\d+)(\.\d{1,3})?$|^(\d+)m$", re.ASCII)  # ASCII digits only: Kubernetes quantities
+_MEMORY = re.compile(r"^(\d+)(Ki|Mi|Gi|Ti)?$", re.ASCII)
 _MEMORY_UNITS = {None: 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 

@@ -10,7 +10,8 @@ from pydantic import AfterValidator, model_validator
 from kvtier.config.base import FieldError, Ipv4Cidr, Items, StrictModel
 
 # EKS access entries take IAM roles and users, not STS session ARNs (EKS API reference, CreateAccessEntry).
-_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$")
+# re.ASCII: IAM names are ASCII (IAM API reference, CreateRole RoleName: alphanumerics and _+=,.@-).
+_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$", re.ASCII)
 
 
 def _principal(value: str) -> str:

@@ -8,21 +8,27 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES
-from kvtier.config.base import FieldError, PinnedImage, PositiveFloat, PositiveInt, StrictModel, rfc1123_label
+from kvtier.config.base import FieldError, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
 from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 
 ENDPOINT_NAME_MAX = 28
+MIN_MODEL_LEN = 256  # the shortest max_model_len kvtier accepts
 Routing = Literal["prefixaware", "kvaware", "session", "roundrobin"]
 Mode = Literal["operator", "standalone"]
 # vLLM `--dtype` (weights and KV): `auto` takes the model config's dtype. Part of the L2 identity.
 Dtype = Literal["auto", "bfloat16", "float16"]
-# Which OpenAI API the endpoint's clients call: sets the operator's invocationEndpoint, and kvaware routing needs
-# `completions` (production-stack's kvaware router tokenizes only the `prompt` field, docs/references.md).
+# Which OpenAI API the endpoint's clients call: sets the operator's invocationEndpoint, and kvaware routing (operator
+# mode only) needs `completions`: it tokenizes only the `prompt` field (docs/references.md, kvtier/rules/routing.py).
 Api = Literal["chat", "completions"]
 L2Backend = Literal["curvine", "tieredstorage", "none"]
-_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A Hugging Face repo id as the Hub accepts it (huggingface_hub `validate_repo_id`, docs/references.md): ASCII letters,
+# digits, '-', '_' and '.', each part at most 96 characters, starting and ending with a letter, digit or '_', no '--'
+# or '..', not ending in '.git'. kvtier also requires the organisation (`<organisation>/<model>`).
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9_])?"
+_HF_ID = re.compile(rf"{_HF_PART}/{_HF_PART}", re.ASCII)
+_HF_CHARS = re.compile(r"[A-Za-z0-9_./-]", re.ASCII)
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _WEIGHTS_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -32,8 +38,12 @@ DEFAULT_IMAGES: dict[str, str] = {"operator": OPERATOR_VLLM_IMAGE, "standalone":
 
 
 def _model_id(value: str) -> str:
-    if not _HF_ID.match(value):
-        raise ValueError(f"'{value}' is not a model id; write it as <organisation>/<model>, like Qwen/Qwen3-8B")
+    fix = "write it as <organisation>/<model> in ASCII letters, digits, '-', '_' and '.', like Qwen/Qwen3-8B"
+    odd = next((c for c in value if not _HF_CHARS.fullmatch(c)), None)
+    if odd is not None:
+        raise ValueError(f"'{value}' is not a model id: it contains {odd!r}; {fix}")
+    if not _HF_ID.fullmatch(value) or "--" in value or ".." in value or value.endswith(".git"):
+        raise ValueError(f"'{value}' is not a model id; {fix} (no '--', '..' or trailing '.git')")
     return value
 
 
@@ -85,14 +95,32 @@ ModelSource = Annotated[HuggingFaceModel | S3Model, Field(discriminator="source"
 
 
 class ModelShape(StrictModel):
-    """What KV-cache and weight sizes follow from, for a model the catalog does not list."""
+    """What KV-cache and weight sizes follow from, for a model the catalog does not list. The upper bounds are far
+    above any released decoder (kvtier's own sanity limits, docs/configuration.md): a value beyond them is a typo, and
+    would otherwise surface as a misleading fit error (infinite weights, zero KV tokens)."""
 
-    layers: PositiveInt
-    attention_heads: PositiveInt
-    kv_heads: PositiveInt
-    head_dim: PositiveInt
-    params_billion: Annotated[float, Field(gt=0)]
+    layers: Annotated[int, Field(ge=1, le=1000)]
+    attention_heads: Annotated[int, Field(ge=1, le=1024)]
+    kv_heads: Annotated[int, Field(ge=1, le=1024)]
+    head_dim: Annotated[int, Field(ge=1, le=1024)]
+    params_billion: Annotated[float, Field(gt=0, le=10_000)]
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
+    # vLLM's longest max_model_len for this checkpoint: config.json `max_position_embeddings` (times its rope_scaling
+    # factor, if any). Optional: without it, max_model_len is not checked against the model.
+    context_length: Annotated[int | None, Field(ge=MIN_MODEL_LEN, le=100_000_000)] = None
+
+    @model_validator(mode="after")
+    def _grouped_heads(self) -> ModelShape:
+        # Grouped-query attention: every KV head serves the same number of query heads; vLLM's Attention layer
+        # asserts num_heads % num_kv_heads == 0 (docs/references.md).
+        if self.attention_heads % self.kv_heads:
+            raise FieldError(
+                "kv_heads",
+                f"{self.kv_heads} does not divide attention_heads {self.attention_heads} (each KV head serves a whole "
+                "group of query heads; vLLM refuses the model)",
+                "copy num_key_value_heads and num_attention_heads from the model's config.json",
+            )
+        return self
 
 
 class CacheConfig(StrictModel):
@@ -150,16 +178,18 @@ class Endpoint(StrictModel):
     instance_type: InstanceTypeName
     replicas: Annotated[int, Field(ge=1)] = 1
     tensor_parallel: Annotated[int, Field(ge=1)] = 1  # GPUs per replica (one per TP rank)
-    max_model_len: Annotated[int, Field(ge=256)] = 16384
+    max_model_len: Annotated[int, Field(ge=MIN_MODEL_LEN)] = 16384
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
     dtype: Dtype = "auto"
     image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
-    # Standalone mode's router; default ROUTER_IMAGE (versions.py). Tags are mutable: pin @sha256:<digest> here.
+    # Standalone mode's router (vllm-router, run by `vllm-router`); default ROUTER_IMAGE (versions.py). Tags are
+    # mutable: pin @sha256:<digest> here.
     router_image: PinnedImage | None = None
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
-    # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts.
+    # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts, and
+    # kvaware is refused (no standalone router policy, kvtier/versions.py ROUTER_POLICY).
     routing: Routing = "prefixaware"
     api: Api = "chat"
     mode: Mode = "operator"

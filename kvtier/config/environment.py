@@ -19,8 +19,8 @@ from kvtier.config.observability import ObservabilityConfig
 from kvtier.versions import KUBERNETES_VERSION, UPGRADE_HINT
 
 ENV_NAME_MAX = 12
-_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
-_ACCOUNT = re.compile(r"^\d{12}$")
+_REGION = re.compile(r"^[a-z]{2}(-gov)?-[a-z]+-\d$", re.ASCII)  # \d is Unicode without re.ASCII
+_ACCOUNT = re.compile(r"^\d{12}$", re.ASCII)
 _RESERVED_TAG_PREFIXES = ("aws:", "kvtier:")
 
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 import re
 import types
 import typing
 from collections.abc import Sequence
-from typing import Any, Union
+from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ValidationError
 
@@ -50,23 +52,17 @@ def _unwrap(annotation: Any) -> list[Any]:
     return []
 
 
-def _model_at(root: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
-    """The model class reached by following `loc` from `root` (None when it leaves the models)."""
-    current: list[type[BaseModel]] = [root]
-    for part in loc:
-        if isinstance(part, int):
-            continue
-        nxt: list[type[BaseModel]] = []
-        for model in current:
-            field = model.model_fields.get(part)
-            if field is not None:
-                nxt.extend(_unwrap(field.annotation))
-        if nxt:
-            current = nxt
-        else:  # a union tag or a mapping key: stay on the candidates that are models
-            named = [m for m in current if part in (m.__name__, m.__name__.lower())]
-            current = named or current
-    return current[0] if len(current) == 1 else None
+def _tagged(models: list[type[BaseModel]], part: str) -> list[type[BaseModel]]:
+    """The models of a union that `part` names: by a discriminator value (a Literal field, e.g. `source:
+    huggingface`) or by class name (pydantic's branch name for a plain union)."""
+    out = []
+    for model in models:
+        if part in (model.__name__, model.__name__.lower()) or any(
+            typing.get_origin(f.annotation) is Literal and part in typing.get_args(f.annotation)
+            for f in model.model_fields.values()
+        ):
+            out.append(model)
+    return out
 
 
 def _is_path_part(part: str | int) -> bool:
@@ -86,25 +82,42 @@ def format_path(loc: Sequence[str | int]) -> str:
     return out
 
 
-def _clean_loc(loc: Sequence[str | int], root: type[BaseModel]) -> list[str | int]:
-    """The location as the YAML spells it: without pydantic's branch names and discriminated-union tags."""
+def _keyed(annotation: Any) -> bool:
+    """Whether a field holds a mapping of user-chosen keys (e.g. `models: {<id>: {...}}`), looking through Annotated
+    and Optional."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _keyed(typing.get_args(annotation)[0])
+    if origin in (Union, types.UnionType):
+        return any(_keyed(arg) for arg in typing.get_args(annotation))
+    return origin is dict
+
+
+def walk(loc: Sequence[str | int], root: type[BaseModel]) -> tuple[list[str | int], list[type[BaseModel]]]:
+    """The location as the YAML spells it (without pydantic's branch names and union tags), and the models it leads
+    to (one when the location names a model unambiguously, none below a plain value or an unknown key)."""
     out: list[str | int] = []
     current: list[type[BaseModel]] = [root]
+    key_next = False  # the previous part was a mapping field: this part is one of its keys
     for part in loc:
         if not _is_path_part(part):
             continue
-        if isinstance(part, int) or not current:
+        if isinstance(part, int) or not current or key_next:
             out.append(part)
+            key_next = False
             continue
         fields = [m.model_fields[part] for m in current if part in m.model_fields]
+        tagged = _tagged(current, part) if len(current) > 1 and not fields else []
         if fields:
             out.append(part)
             current = [model for f in fields for model in _unwrap(f.annotation)]
-        elif len(current) == 1:  # a mapping key below a model (e.g. catalog_overrides.<type>)
+            key_next = any(_keyed(f.annotation) for f in fields)
+        elif tagged:  # the tag of a union of models (e.g. `huggingface`): not a key the user wrote, but it says which
+            current = tagged
+        else:  # a key no model here has
             out.append(part)
             current = []
-        # else: the tag of a union of models (e.g. `huggingface`): not a key the user wrote
-    return out
+    return out, current
 
 
 # Values quoted in messages are cut to this many characters: a message stays one readable line even when the value
@@ -127,7 +140,10 @@ def cut_quoted(text: str) -> str:
     return _QUOTED.sub(lambda m: f"'{m.group(1)[: MAX_SHOWN - 3]}...'", text)
 
 
-def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]) -> tuple[str, str, list[str | int]]:
+def _describe(
+    error: dict[str, Any], holder: type[BaseModel] | None, loc: list[str | int]
+) -> tuple[str, str, list[str | int]]:
+    """(problem, fix, location) of one pydantic error; `holder`: the model whose mapping holds the value, if known."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
     value = error.get("input")
@@ -143,15 +159,20 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
         problem, _, allowed = message.partition("; ")
         return problem, allowed or "see the example files under config/", loc
     if kind == "extra_forbidden":
-        model = _model_at(root, loc[:-1])
-        keys = ", ".join(model.model_fields) if model is not None else "see the example files under config/"
-        return f"unknown key '{loc[-1]}'", f"known keys here: {keys}", loc
+        if holder is None:
+            return f"unknown key '{loc[-1]}'", "see the example files under config/", loc
+        keys = list(holder.model_fields)
+        close = difflib.get_close_matches(str(loc[-1]), keys, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"unknown key '{loc[-1]}'", f"{hint}known keys here: {', '.join(keys)}", loc
     if kind == "missing":
         return "is required but missing", "add it (the example files under config/ show every key)", loc
     if kind in ("literal_error", "enum"):
         return f"{_display(value)} is not allowed", f"use one of {ctx.get('expected', '')}", loc
     if kind in _RANGE:
         bound = next(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt"))
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)  # a float field's bound of 10000 is written as the user would: 10000, not 10000.0
         return f"{_display(value)} is out of range", f"use a value {_RANGE[kind]} {bound}", loc
     if kind == "too_short":
         return f"{ctx.get('actual_length')} item(s) given", f"give at least {ctx.get('min_length')}", loc
@@ -171,10 +192,35 @@ def _describe(error: dict[str, Any], root: type[BaseModel], loc: list[str | int]
     if kind in _TYPE_WORDS:
         if value is None:
             return "null is given", f"use {_TYPE_WORDS[kind]}", loc
+        number = _number_in_text(value) if kind in ("int_type", "float_type") else None
+        if number is not None:
+            # PyYAML reads YAML 1.1: `1e9` and `1.0e9` are strings there; only `1.0e+9` is a float (docs/references.md).
+            if kind == "float_type":
+                fix = f"write it as {number:.1e}"  # Python writes the dot and the sign: 1.0e+300
+            elif number.is_integer() and abs(number) < 1e16:
+                fix = f"write it as {int(number)}"
+            else:
+                fix = f"use {_TYPE_WORDS[kind]}"
+            return (
+                f"{_display(value)} is read as text, not a number (in YAML 1.1 an exponent needs a dot and a sign)",
+                fix,
+                loc,
+            )
         got = type(value).__name__
         article = "an" if got[0] in "aeiou" else "a"
         return f"{_display(value)} is {article} {got}", f"use {_TYPE_WORDS[kind]}", loc
     return f"{_display(value)} is invalid ({error['msg']})", "see the example files under config/", loc
+
+
+def _number_in_text(value: object) -> float | None:
+    """The number a string spells in a form YAML 1.1 does not read as one (e.g. `1e9`), else None."""
+    if not isinstance(value, str) or not any(c.isdigit() for c in value):
+        return None
+    try:
+        number = float(value.replace("_", ""))
+    except ValueError:
+        return None
+    return number if math.isfinite(number) else None
 
 
 def problems_from(
@@ -183,8 +229,9 @@ def problems_from(
     problems: list[Problem] = []
     seen: set[str] = set()
     for error in err.errors(include_url=False):
-        loc = _clean_loc(error["loc"], root)
-        problem, allowed, where = _describe(dict(error), root, loc)
+        loc, _ = walk(error["loc"], root)
+        _, holders = walk(error["loc"][:-1], root)
+        problem, allowed, where = _describe(dict(error), holders[0] if len(holders) == 1 else None, loc)
         item = Problem(file, format_path([*prefix, *where]), cut_quoted(problem), cut_quoted(allowed))
         if item.field not in seen:  # a union reports one failure per branch: say the first, once per field
             seen.add(item.field)

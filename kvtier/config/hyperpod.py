@@ -106,12 +106,14 @@ AddonGroup = Literal["network", "nodes"]
 ADDON_GROUPS: tuple[AddonGroup, ...] = ("network", "nodes")
 _ADDON_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Formats from the AWS API references (SageMaker DescribeCluster ClusterArn, EKS CreateCluster name, IAM ARNs).
-_CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:cluster/[a-z0-9]{12}$")
+_CLUSTER_ARN = re.compile(r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]+:\d{12}:cluster/[a-z0-9]{12}$", re.ASCII)
 _EKS_NAME = re.compile(r"^[0-9A-Za-z][A-Za-z0-9_-]{0,99}$")
 _OIDC_ARN = re.compile(
-    r"^arn:aws[a-z-]*:iam::\d{12}:oidc-provider/oidc\.eks\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/id/[A-Za-z0-9]+$"
+    r"^arn:aws[a-z-]*:iam::\d{12}:oidc-provider/oidc\.eks\.[a-z0-9-]+\.amazonaws\.com(\.cn)?/id/[A-Za-z0-9]+$", re.ASCII
 )
-_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$")
+# re.ASCII: IAM names are ASCII letters, digits and _+=,.@- (IAM API reference, CreateRole RoleName); Python's \w and \d
+# would also accept other scripts' letters and digits.
+_ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]{1,512}$", re.ASCII)
 _VPC = re.compile(r"^vpc-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SUBNET = re.compile(r"^subnet-[0-9a-f]{8}([0-9a-f]{9})?$")
 _SECURITY_GROUP = re.compile(r"^sg-[0-9a-f]{8}([0-9a-f]{9})?$")

@@ -20,7 +20,7 @@ from pydantic import AfterValidator, Field, model_validator
 from kvtier.config.base import FieldError, StrictModel
 
 Mode = Literal["prometheus-operator", "hyperpod-addon", "none"]
-_AMP_WORKSPACE_ARN = re.compile(r"^arn:aws[a-z-]*:aps:([a-z0-9-]+):(\d{12}):workspace/ws-[A-Za-z0-9-]+$")
+_AMP_WORKSPACE_ARN = re.compile(r"^arn:aws[a-z-]*:aps:([a-z0-9-]+):(\d{12}):workspace/ws-[A-Za-z0-9-]+$", re.ASCII)
 _LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 

@@ -106,7 +106,11 @@ class ClusterAddons(Construct):
         specs: Sequence[AddonSpec],
         outputs: StackOutputs,
         context: AddonContext | None = None,
+        resolve_conflicts: str = "OVERWRITE",
     ) -> None:
+        """`resolve_conflicts`: OVERWRITE on kvtier's own cluster (nothing else installed them); PRESERVE on an
+        owner's cluster, where a self-managed copy already there must fail the create, not be taken over
+        (EKS CreateAddon `resolveConflicts`, docs/references.md "Issue 26")."""
         super().__init__(scope, id)
         self.addons: dict[str, eks.CfnAddon] = {}
         self.roles: dict[str, iam.Role] = {}
@@ -142,7 +146,7 @@ class ClusterAddons(Construct):
                 addon_name=spec.name,
                 addon_version=spec.version,
                 cluster_name=eks_cluster.icluster.cluster_name,
-                resolve_conflicts="OVERWRITE",
+                resolve_conflicts=resolve_conflicts,
                 service_account_role_arn=role_arn,
                 configuration_values=json.dumps(spec.configuration, sort_keys=True) if spec.configuration else None,
             )

@@ -22,6 +22,7 @@ from kvtier.naming import lifecycle_bucket_prefix
 LIFECYCLE_DIR = Path(__file__).resolve().parent / "lifecycle"
 LIFECYCLE_PREFIX = "lifecycle/"
 EXECUTION_MANAGED_POLICY = "AmazonSageMakerClusterInstanceRolePolicy"  # reference aws-hyperpod.md 8, item 7
+NODE_PROVISIONING_MODE = "Continuous"
 
 
 def lifecycle_script(group: InstanceGroup) -> str:
@@ -70,11 +71,10 @@ class HyperPodCluster(Construct):
         self.execution_role = iam.Role(
             self,
             "ExecutionRole",
-            # Confused deputy: SageMaker may assume it only for this account (AWS SageMaker "Cross-service confused
-            # deputy prevention"; docs/references.md).
-            assumed_by=iam.ServicePrincipal(
-                "sagemaker.amazonaws.com", conditions={"StringEquals": {"aws:SourceAccount": stack.account}}
-            ),
+            # No aws:SourceAccount condition: SageMaker's confused-deputy page does not list HyperPod among the
+            # features that send it, AWS's HyperPod templates trust SageMaker unconditioned, and a role cannot be
+            # passed across accounts anyway (docs/references.md "Issue 26").
+            assumed_by=iam.ServicePrincipal("sagemaker.amazonaws.com"),
             description=f"HyperPod node execution role, kvtier {env.name}",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(EXECUTION_MANAGED_POLICY)],
         )
@@ -93,6 +93,9 @@ class HyperPodCluster(Construct):
                 subnets=[s.subnet_id for s in subnets],
             ),
             node_recovery=env.hyperpod.node_recovery,
+            # Continuous: a missing ml.g6e instance or one failed node no longer fails CreateCluster and rolls the
+            # whole stack back; groups stay InService while HyperPod retries (docs/references.md "Issue 26").
+            node_provisioning_mode=NODE_PROVISIONING_MODE,
             tiered_storage_config=sagemaker.CfnCluster.TieredStorageConfigProperty(
                 mode="Enable" if env.hyperpod.tiered_storage.enabled else "Disable",
                 instance_memory_allocation_percentage=(

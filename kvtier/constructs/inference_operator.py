@@ -21,6 +21,7 @@ from kvtier.constructs.buckets import private_bucket
 from kvtier.constructs.irsa import irsa_principal
 from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge, acknowledge_all, managed_policy
+from kvtier.naming import INFERENCE_EXECUTION_ROLE_PREFIX, inference_role_names
 from kvtier.upstream import ALB_POLICY_SOURCE, COMMERCIAL_ARN, alb_policy, alb_policy_for_partition
 
 ADDON = "amazon-sagemaker-hyperpod-inference"
@@ -30,7 +31,7 @@ CONTROLLER_SA = "hyperpod-inference-controller-manager"
 ALB_SA = "aws-load-balancer-controller"
 KEDA_SA = "keda-operator"
 GATED_SA_PATTERN = "hyperpod-inference-service-account*"  # per-endpoint SAs in any namespace
-EXECUTION_ROLE_PREFIX = "SageMakerHyperPodInference"  # required by the add-on (_validateRequiredValues.tpl)
+EXECUTION_ROLE_PREFIX = INFERENCE_EXECUTION_ROLE_PREFIX
 EXECUTION_POLICY = "AmazonSageMakerHyperPodInferenceAccess"
 GATED_POLICY = "AmazonSageMakerHyperPodGatedModelAccess"
 ROLE_NAME_MAX = 64  # IAM
@@ -38,13 +39,8 @@ ALB_POLICY_NAME = "AWSLoadBalancerController"  # the inline policy holding the u
 
 
 def role_names(env: str, region: str) -> dict[str, str]:
-    """Explicit role names (IAM names are per account: env and region keep environments apart)."""
-    names = {
-        "execution": f"{EXECUTION_ROLE_PREFIX}-{env}-{region}",
-        "gated": f"kvtier-{env}-{region}-inference-gated",
-        "alb": f"kvtier-{env}-{region}-inference-alb",
-        "keda": f"kvtier-{env}-{region}-inference-keda",
-    }
+    """Explicit role names (kvtier.naming), each checked against IAM's length limit."""
+    names = inference_role_names(env, region)
     for name in names.values():
         if len(name) > ROLE_NAME_MAX:
             raise ValueError(f"IAM role name '{name}' has {len(name)} characters; IAM allows {ROLE_NAME_MAX}")

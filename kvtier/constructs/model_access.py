@@ -25,7 +25,18 @@ class ModelReaderRole(Construct):
         self.role = iam.Role(
             self,
             "Role",
-            assumed_by=iam.ServicePrincipal("pods.eks.amazonaws.com").with_session_tags(),
+            # Only this LOB's service account on this cluster: the session tags EKS Pod Identity sets (EKS user
+            # guide pod-id-role and pod-id-abac; docs/references.md "Issue 26").
+            assumed_by=iam.ServicePrincipal(
+                "pods.eks.amazonaws.com",
+                conditions={
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-name": cluster_name,
+                        "aws:RequestTag/kubernetes-namespace": lob_namespace(lob.name),
+                        "aws:RequestTag/kubernetes-service-account": MODEL_READER_SA,
+                    }
+                },
+            ).with_session_tags(),
             description=f"kvtier LOB {lob.name}: read its model prefixes in S3",
         )
         partition = Stack.of(self).partition

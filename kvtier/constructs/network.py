@@ -90,6 +90,17 @@ class KvtierNetwork(Construct):
         self.node_security_group.add_ingress_rule(
             self.node_security_group, ec2.Port.all_traffic(), "all traffic between nodes of the cluster"
         )
+        # EFA needs an egress rule to the group itself (docs/references.md "Issue 26": EKS security-group
+        # requirements, AWS's HyperPod template `IntraSGCommunicationRuleEgress`). With allow_all_outbound=True CDK
+        # silently drops egress rules added through add_egress_rule, so it is a resource of its own, as in AWS's.
+        ec2.CfnSecurityGroupEgress(
+            self,
+            "NodeSecurityGroupEgressToItself",
+            group_id=self.node_security_group.security_group_id,
+            destination_security_group_id=self.node_security_group.security_group_id,
+            ip_protocol="-1",
+            description="all traffic between nodes of the cluster (EFA)",
+        )
 
         self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         # New nodes hang on "Checking for IPAM connectivity" unless endpoints accept 443 from the node group
@@ -119,6 +130,20 @@ class KvtierNetwork(Construct):
                 open=False,  # CDK's default opens 443 to the whole VPC CIDR; only the node group may call
                 subnets=ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS),
             )
+
+    def admit_to_endpoints(self, scope: Construct, id: str, source_group_id: str, description: str) -> None:
+        """HTTPS to the interface endpoints from another group, declared in `scope`'s stack (the group of EKS's
+        kubectl handler lives in the cluster stack; a rule here would make the network stack depend on it)."""
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            id,
+            group_id=self.endpoint_security_group.security_group_id,
+            source_security_group_id=source_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            description=description,
+        )
 
     @property
     def node_subnets(self) -> list[ec2.ISubnet]:

@@ -2,7 +2,8 @@
 
 A cluster kvtier creates gets `TieredStorageConfig` from CloudFormation (kvtier.constructs.hyperpod); a cluster it
 imports is not CloudFormation's to change, so the handler in kvtier/lambdas/tiered_storage calls UpdateCluster and
-waits, through the Provider framework's is-complete polling, until the cluster is InService again.
+waits, through the Provider framework's is-complete polling: the call itself is made by a poll that finds the cluster
+InService, so an update (or a rollback's) never hits a busy cluster.
 """
 
 from __future__ import annotations
@@ -30,16 +31,23 @@ QUERY_INTERVAL = Duration.seconds(30)
 class TieredStorageSetting(Construct):
     """Sets HyperPod Tiered Storage on the cluster `cluster_arn`; restores the owner's setting on delete."""
 
-    def __init__(self, scope: Construct, id: str, *, cluster_arn: str, memory_percent: int) -> None:
+    def __init__(
+        self, scope: Construct, id: str, *, cluster_arn: str, eks_cluster_arn: str, memory_percent: int
+    ) -> None:
         super().__init__(scope, id)
         code = lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"])
-        self.on_event = self._function("OnEvent", "index.on_event", code, "Asks HyperPod to change Tiered Storage")
+        self.on_event = self._function("OnEvent", "index.on_event", code, "Records the Tiered Storage change")
         self.is_complete = self._function(
-            "IsComplete", "index.is_complete", code, "Waits until the HyperPod cluster is InService again"
+            "IsComplete", "index.is_complete", code, "Changes Tiered Storage once the HyperPod cluster is InService"
         )
-        # Least privilege: only this cluster; UpdateCluster only for the function that changes it. No iam:PassRole:
-        # the request carries no role (no InstanceGroups, no ClusterRole).
+        # Least privilege: only this cluster. on_event only reads; is_complete calls UpdateCluster once the cluster is
+        # InService (a rollback's Update must not call it on a busy cluster). No iam:PassRole: the request carries no
+        # role. eks:DescribeCluster on the orchestrator, the one read the resource schema's update handler lists that
+        # applies to a Tiered Storage-only update (docs/references.md "Issue 26").
         self.on_event.add_to_role_policy(
+            iam.PolicyStatement(sid="ReadThisCluster", actions=["sagemaker:DescribeCluster"], resources=[cluster_arn])
+        )
+        self.is_complete.add_to_role_policy(
             iam.PolicyStatement(
                 sid="TieredStorageOnThisCluster",
                 actions=["sagemaker:DescribeCluster", "sagemaker:UpdateCluster"],
@@ -47,7 +55,7 @@ class TieredStorageSetting(Construct):
             )
         )
         self.is_complete.add_to_role_policy(
-            iam.PolicyStatement(sid="ReadThisCluster", actions=["sagemaker:DescribeCluster"], resources=[cluster_arn])
+            iam.PolicyStatement(sid="ReadTheOrchestrator", actions=["eks:DescribeCluster"], resources=[eks_cluster_arn])
         )
         provider = cr.Provider(
             self,

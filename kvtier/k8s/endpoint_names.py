@@ -11,6 +11,7 @@ from kvtier.naming import lob_namespace
 ENGINE_PORT = 8000  # vLLM's API, /health and /metrics
 ROUTER_PORT = 80  # router Service port (standalone)
 ROUTER_CONTAINER_PORT = 8000
+ROUTER_METRICS_PORT = 29000  # vllm-router's Prometheus exporter (--prometheus-port; its default)
 # Operator mode: router pods live in the operator's namespace, labelled app=<endpoint>-<namespace>-router and serving
 # on 8081 (TipTopBin/curvine@98941129 docs-vllm/deploy.md; one source, docs/references.md "Router target of the Job").
 OPERATOR_NAMESPACE = "hyperpod-inference-system"

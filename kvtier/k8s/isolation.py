@@ -32,7 +32,7 @@ from kvtier.config.network import plan_subnets
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import COMPONENT_LABEL, OPERATOR_NAMESPACE
 from kvtier.k8s.namespace import LOB_LABEL
-from kvtier.k8s.observability.scrape import LOB_SCRAPE_PORTS
+from kvtier.k8s.observability.scrape import lob_scrape_ports
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 # The LOB's pods without a GPU: routers and benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only
@@ -95,7 +95,7 @@ def network_policies(lob: LineOfBusiness, lb_cidrs: Sequence[str]) -> list[dict[
             [
                 {
                     "from": [{"namespaceSelector": {"matchLabels": {METRICS_SCRAPER_LABEL: "true"}}}],
-                    "ports": [{"protocol": "TCP", "port": port} for port in LOB_SCRAPE_PORTS],
+                    "ports": [{"protocol": "TCP", "port": port} for port in lob_scrape_ports(lob)],
                 }
             ],
         ),

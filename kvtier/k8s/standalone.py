@@ -23,8 +23,6 @@ from kvtier.k8s.endpoint_names import (
     ENGINE_PORT,
     engine_labels,
     engine_service_name,
-    router_service_name,
-    service_host,
 )
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
@@ -36,8 +34,6 @@ from kvtier.serving import (
     L2_MOUNT_PATH,
     L2_VOLUME,
     PROMETHEUS_DIR,
-    Controller,
-    env_name,
     hash_seed_env,
     l2_subdir,
     lmcache_config,
@@ -55,16 +51,9 @@ SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the p
 STARTUP_FAILURES = 180
 
 
-def lmcache_controller(lob: str, endpoint: Endpoint) -> Controller | None:
-    if endpoint.routing != "kvaware":
-        return None
-    return Controller(service_host(router_service_name(endpoint.name), lob_namespace(lob)), endpoint.tensor_parallel)
-
-
-def endpoint_lmcache_config(lob: str, endpoint: Endpoint) -> dict[str, Any]:
-    return lmcache_config(
-        endpoint.cache, l2_subdir(endpoint), lmcache_controller(lob, endpoint), tensor_parallel=endpoint.tensor_parallel
-    )
+def endpoint_lmcache_config(endpoint: Endpoint) -> dict[str, Any]:
+    # No LMCache controller: the standalone router does not run kvaware (rules/routing.py).
+    return lmcache_config(endpoint.cache, l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
 
 
 def config_map_name(endpoint: str) -> str:
@@ -76,7 +65,7 @@ def lmcache_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": config_map_name(endpoint.name), "namespace": lob_namespace(lob)},
-        "data": {CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(lob, endpoint), sort_keys=True)},
+        "data": {CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(endpoint), sort_keys=True)},
     }
 
 
@@ -111,29 +100,26 @@ def _model(env: Environment, endpoint: Endpoint) -> tuple[list[str], list[dict[s
     return args, env_vars
 
 
-def _engine_env(lob: str, endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _engine_env(endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         hash_seed_env(),
         {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         *model_env,
     ]
-    if endpoint_lmcache_config(lob, endpoint):
+    if endpoint_lmcache_config(endpoint):
         env.append({"name": "LMCACHE_CONFIG_FILE", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"})
         env.append({"name": "LMCACHE_TRACK_USAGE", "value": "false"})  # LMCache usage_context.py
-    if lmcache_controller(lob, endpoint) is not None:
-        # Per pod, so it cannot live in the shared file: the router maps instance ids to pod IPs.
-        env.append({"name": env_name("lmcache_instance_id"), "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
     return env
 
 
-def _volumes(lob: str, endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(pod volumes, engine mounts)."""
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
     ]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    if endpoint_lmcache_config(lob, endpoint):
+    if endpoint_lmcache_config(endpoint):
         volumes.append({"name": "lmcache-config", "configMap": {"name": config_map_name(endpoint.name)}})
         mounts.append({"name": "lmcache-config", "mountPath": CONFIG_DIR, "readOnly": True})
     if endpoint.cache.l2 == "curvine":
@@ -147,23 +133,20 @@ def _volumes(lob: str, endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[d
 def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
     namespace = lob_namespace(lob)
     labels = engine_labels(endpoint.name)
-    config = endpoint_lmcache_config(lob, endpoint)
+    config = endpoint_lmcache_config(endpoint)
     size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
     model_args, model_env = _model(env, endpoint)
-    volumes, mounts = _volumes(lob, endpoint)
+    volumes, mounts = _volumes(endpoint)
     args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT)]
     if config:
         args += ["--kv-transfer-config", json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))]
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT}]
-    controller = lmcache_controller(lob, endpoint)
-    if controller is not None:
-        ports += [{"name": f"lmc-worker-{i}", "containerPort": p} for i, p in enumerate(controller.worker_ports)]
     container = {
         "name": CONTAINER,
         "image": endpoint.container_image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "env": _engine_env(lob, endpoint, model_env),
+        "env": _engine_env(endpoint, model_env),
         "ports": ports,
         "resources": size.resources(),
         "startupProbe": _probe(10, STARTUP_FAILURES),
@@ -219,7 +202,7 @@ def engine_service(lob: str, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
-    if endpoint_lmcache_config(lob, endpoint):
+    if endpoint_lmcache_config(endpoint):
         api_object(chart, "lmcache-config", lmcache_config_map(lob, endpoint))
     api_object(chart, "engine", engine_deployment(env, lob, endpoint))
     api_object(chart, "engine-service", engine_service(lob, endpoint))

@@ -16,9 +16,9 @@ from typing import Any
 
 from kvtier.k8s.endpoint_names import ENGINE_PORT
 from kvtier.naming import lob_namespace
+from kvtier.ops.kube import REQUEST_TIMEOUT_S
 from kvtier.ops.probe import Pod, UnreachableError
 
-REQUEST_TIMEOUT_S = 20
 _CHUNK = 65536
 
 
@@ -32,13 +32,15 @@ def _ready(pod: dict[str, Any]) -> bool:
 class KubePodAccess:
     def __init__(self, context: str | None = None) -> None:
         from kubernetes import client
-        from kubernetes import config as kubeconfig
+
+        from kvtier.errors import UnavailableError
+        from kvtier.ops.kube import api_client
 
         try:
-            kubeconfig.load_kube_config(context=context)
-        except Exception as err:  # a missing file, a bad context, a failing exec plugin: cannot check
-            raise UnreachableError(f"no usable kubeconfig ({err}); run `aws eks update-kubeconfig`") from err
-        self.core = client.CoreV1Api(client.ApiClient())
+            api = api_client(context)  # bounded requests; a failing credential plugin is the error
+        except UnavailableError as err:
+            raise UnreachableError(str(err).removeprefix("cannot check: ")) from err
+        self.core = client.CoreV1Api(api)
 
     def pods(self, lob: str, endpoint: str) -> list[Pod]:
         import json

@@ -11,7 +11,18 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 - Zones: ec2:DescribeAvailabilityZones; each configured zone (name or AZ ID) exists, is available, and its ID is shown.
 - Add-ons: eks:DescribeAddonVersions for every add-on kvtier installs, at its pinned version, for the Kubernetes
   version; the HyperPod Inference add-on must be offered in the region at all.
-- Existing cluster: sagemaker:DescribeCluster is InService and orchestrated by the configured EKS cluster.
+- Instance types (a cluster kvtier creates): ec2:DescribeInstanceTypeOfferings by AZ ID; EC2 offers each group's
+  type in every configured zone (a proxy: HyperPod's own capacity is not visible, but a zone without the EC2 type
+  certainly fails).
+- Leftovers (a cluster kvtier creates, before its cluster stack exists): the fixed names an earlier failed attempt
+  leaves behind and a new create would collide with: HyperPod cluster (sagemaker:ListClusters), EKS cluster
+  (eks:DescribeCluster), the Inference Operator's IAM roles (iam:GetRole), the lifecycle bucket (s3:HeadBucket).
+- Existing cluster: sagemaker:DescribeCluster is InService, orchestrated by the configured EKS cluster, and has
+  NodeRecovery set (the Tiered Storage update needs it); iam:GetOpenIDConnectProvider exists and matches
+  eks:DescribeCluster's OIDC issuer (a wrong ARN fails every IRSA role at run time).
+
+Every client has short timeouts and few retries (CLIENT_CONFIG, docs/deploying.md): AWS out of reach fails in
+seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -20,19 +31,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    NoRegionError,
-    PartialCredentialsError,
-    ProfileNotFound,
-)
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from kvtier.addons import ADDONS, AddonSpec
 from kvtier.config.environment import Environment
 from kvtier.errors import UnavailableError
+from kvtier.naming import inference_role_names, lifecycle_bucket_prefix, stack_name
+from kvtier.ops.aws import UNREACHABLE, client_config, session, unreachable
 from kvtier.ops.checks import Check, ChecksReport, as_json
 
 BOOTSTRAP_STACK = "CDKToolkit"  # `cdk bootstrap`'s default stack name (qualifier hnb659fds)
@@ -248,7 +253,170 @@ def existing_cluster_check(env: Environment, described: Mapping[str, Any]) -> li
         )
     else:
         checks.append(Check("cluster", "orchestrator", str(orchestrator), "ok"))
+    if env.hyperpod.tiered_storage.enabled:
+        recovery = described.get("NodeRecovery")
+        if recovery is None:
+            checks.append(
+                Check(
+                    "cluster",
+                    "NodeRecovery",
+                    "unset",
+                    "problem",
+                    "the Tiered Storage update must pass NodeRecovery back; set it once (`aws sagemaker update-cluster "
+                    f"--cluster-name {name} --node-recovery Automatic`)",
+                )
+            )
+        else:
+            checks.append(Check("cluster", "NodeRecovery", str(recovery), "ok"))
     return checks
+
+
+def ec2_instance_type(instance_type: str) -> str:
+    """HyperPod's `ml.g6e.4xlarge` is EC2's `g6e.4xlarge`."""
+    return instance_type.removeprefix("ml.")
+
+
+def offering_checks(
+    env: Environment, zones: Iterable[Mapping[str, Any]], offered: Mapping[str, set[str]]
+) -> list[Check]:
+    """Each instance group's type offered by EC2 in every configured zone. `offered`: EC2 type -> AZ IDs
+    (DescribeInstanceTypeOfferings by availability-zone-id); zones that do not resolve are the zone check's."""
+    by_name = {str(z.get("ZoneName")): str(z.get("ZoneId")) for z in zones}
+    ids = set(by_name.values())
+    wanted = [by_name.get(z, z) for z in env.availability_zones if z in by_name or z in ids]
+    checks = []
+    for instance_type in sorted({g.instance_type for g in env.hyperpod.instance_groups}):
+        ec2_type = ec2_instance_type(instance_type)
+        missing = [z for z in wanted if z not in offered.get(ec2_type, set())]
+        value = f"{ec2_type} in {', '.join(wanted)}"
+        if missing:
+            checks.append(
+                Check(
+                    "instance type",
+                    instance_type,
+                    value,
+                    "problem",
+                    f"EC2 does not offer {ec2_type} in {', '.join(missing)}: HyperPod cannot place it there; list zones "
+                    "that offer it (`aws ec2 describe-instance-type-offerings --location-type availability-zone-id "
+                    f"--filters Name=instance-type,Values={ec2_type}`) and change `availability_zones`",
+                )
+            )
+        else:
+            checks.append(
+                Check("instance type", instance_type, value, "ok", "offered by EC2 (HyperPod capacity is not visible)")
+            )
+    return checks
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    """What carries one of kvtier's fixed names before the environment's cluster stack exists."""
+
+    hyperpod_clusters: tuple[tuple[str, str], ...] = ()  # (name, status)
+    eks_status: str | None = None  # None: no such EKS cluster
+    roles: tuple[str, ...] = ()
+    bucket: str = ""
+    bucket_state: str = "absent"  # absent | exists | foreign (the global name belongs to another account)
+
+
+def leftover_names(env: Environment, account: str) -> tuple[str, tuple[str, ...], str]:
+    """(cluster name, IAM role names, lifecycle bucket) a create of `env` uses (kvtier.naming)."""
+    roles = tuple(sorted(inference_role_names(env.name, env.region).values()))
+    return env.hyperpod_cluster_name, roles, f"{lifecycle_bucket_prefix(env.name)}{account}-{env.region}"
+
+
+def leftover_checks(env: Environment, found: Leftovers | None) -> list[Check]:
+    """`found` None: the cluster stack exists, so these names are its own."""
+    stack = stack_name(env.name, "cluster")
+    if found is None:
+        return [Check("leftovers", stack, "exists", "ok", "a deployed environment: the fixed names are its own")]
+    region = env.region
+    checks = []
+    for name, status in found.hyperpod_clusters:
+        checks.append(
+            Check(
+                "leftovers",
+                f"HyperPod cluster {name}",
+                status,
+                "problem",
+                f"an earlier attempt left it; delete it (`aws sagemaker delete-cluster --region {region} "
+                f"--cluster-name {name}`) and wait until it is gone",
+            )
+        )
+    if found.eks_status is not None:
+        checks.append(
+            Check(
+                "leftovers",
+                f"EKS cluster {env.eks_cluster_name}",
+                found.eks_status,
+                "problem",
+                f"an earlier attempt left it; delete it (`aws eks delete-cluster --region {region} --name "
+                f"{env.eks_cluster_name}`, after its add-ons and access entries)",
+            )
+        )
+    for role in found.roles:
+        checks.append(
+            Check(
+                "leftovers",
+                f"IAM role {role}",
+                "exists",
+                "problem",
+                f"an earlier attempt left it; delete it (`aws iam delete-role --role-name {role}` after detaching its "
+                "policies)",
+            )
+        )
+    if found.bucket_state == "exists":
+        checks.append(
+            Check(
+                "leftovers",
+                f"bucket {found.bucket}",
+                "exists",
+                "problem",
+                f"an earlier attempt left it; empty and delete it (`aws s3 rb --force s3://{found.bucket}`)",
+            )
+        )
+    elif found.bucket_state == "foreign":
+        checks.append(
+            Check(
+                "leftovers",
+                f"bucket {found.bucket}",
+                "another account's",
+                "problem",
+                "bucket names are global and this one belongs to another account: use another environment name",
+            )
+        )
+    if not checks:
+        checks.append(
+            Check("leftovers", stack, "none", "ok", "no HyperPod or EKS cluster, role or bucket of this name")
+        )
+    return checks
+
+
+def oidc_check(env: Environment, provider_url: str | None, issuer: str) -> Check:
+    """byoc: the configured OIDC provider exists (`provider_url` None: it does not) and is the EKS cluster's issuer.
+    IAM stores the URL without `https://`; EKS reports the issuer with it."""
+    existing = env.hyperpod.existing
+    arn = existing.oidc_provider_arn if existing is not None else ""
+    if provider_url is None:
+        return Check(
+            "oidc",
+            arn,
+            "absent",
+            "problem",
+            "no such IAM OIDC provider: create it for the cluster (`eksctl utils associate-iam-oidc-provider "
+            "--approve`) or fix `oidc_provider_arn`",
+        )
+    want = issuer.removeprefix("https://")
+    if provider_url.removeprefix("https://") != want:
+        return Check(
+            "oidc",
+            arn,
+            provider_url,
+            "problem",
+            f"the EKS cluster's issuer is {want}: `oidc_provider_arn` must name that provider, or every IRSA role "
+            "fails at run time",
+        )
+    return Check("oidc", arn, provider_url, "ok", "the EKS cluster's issuer")
 
 
 # ---- reading -------------------------------------------------------------------------------------------------------
@@ -262,17 +430,19 @@ class Clients:
     ec2: Any
     eks: Any
     sagemaker: Any
+    iam: Any
+    s3: Any
+
+
+SERVICES = ("cloudformation", "sts", "service-quotas", "ec2", "eks", "sagemaker", "iam", "s3")
 
 
 def clients(env: Environment, profile: str | None = None) -> Clients:
-    import boto3
-
+    aws = session(env.region, profile)
+    config = client_config()
     try:
-        session = boto3.session.Session(profile_name=profile, region_name=env.region)
-        return Clients(
-            *(session.client(s) for s in ("cloudformation", "sts", "service-quotas", "ec2", "eks", "sagemaker"))
-        )
-    except (ProfileNotFound, NoRegionError) as err:
+        return Clients(*(aws.client(s, config=config) for s in SERVICES))
+    except BotoCoreError as err:  # a malformed ~/.aws/config, an unknown region: one line, exit 3
         raise UnavailableError(f"cannot check: {err}") from err
 
 
@@ -282,11 +452,19 @@ def collect(env: Environment, aws: Clients) -> PreflightReport:
     checks.append(_guard(lambda: [account_check(env, str(aws.sts.get_caller_identity()["Account"]))], "account"))
     if env.hyperpod.existing is None:  # an existing cluster's nodes are already there
         checks += _guard_many(lambda: quota_checks(env, _quotas(aws.service_quotas)), "quota", "SageMaker quotas")
-    checks += _guard_many(
-        lambda: zone_checks(env, aws.ec2.describe_availability_zones(AllAvailabilityZones=False)["AvailabilityZones"]),
-        "zone",
-        "availability zones",
-    )
+    zones: list[Mapping[str, Any]] = []
+
+    def read_zones() -> list[Check]:
+        zones.extend(aws.ec2.describe_availability_zones(AllAvailabilityZones=False)["AvailabilityZones"])
+        return zone_checks(env, zones)
+
+    checks += _guard_many(read_zones, "zone", "availability zones")
+    if env.hyperpod.existing is None:
+        types = sorted({ec2_instance_type(g.instance_type) for g in env.hyperpod.instance_groups})
+        checks += _guard_many(
+            lambda: offering_checks(env, zones, _offerings(aws.ec2, types)), "instance type", "EC2 offerings"
+        )
+        checks += _guard_many(lambda: leftover_checks(env, _leftovers(env, aws)), "leftovers", "earlier attempts")
     for spec in addons_to_check(env):
         checks += _guard_many(_addon_reader(env, aws.eks, spec), "add-on", spec.name)
     existing = env.hyperpod.existing
@@ -294,6 +472,11 @@ def collect(env: Environment, aws: Clients) -> PreflightReport:
         arn = existing.hyperpod_cluster_arn
         checks += _guard_many(
             lambda: existing_cluster_check(env, aws.sagemaker.describe_cluster(ClusterName=arn)), "cluster", arn
+        )
+        checks += _guard_many(
+            lambda: [_oidc(env, aws, existing.oidc_provider_arn, existing.eks_cluster_name)],
+            "oidc",
+            existing.oidc_provider_arn,
         )
     return PreflightReport(env.name, env.region, tuple(checks))
 
@@ -306,8 +489,10 @@ def _bootstrap(env: Environment, cloudformation: Any) -> Check:
             return bootstrap_check(env, None)
         _raise_if_unavailable(err)
         return Check("bootstrap", BOOTSTRAP_STACK, "unreadable", "unknown", _message(err))
-    except (NoCredentialsError, PartialCredentialsError, EndpointConnectionError) as err:
+    except (NoCredentialsError, PartialCredentialsError) as err:
         raise _unavailable(err, env) from err
+    except UNREACHABLE as err:
+        raise unreachable(err, env.region) from err
     return bootstrap_check(env, stacks[0] if stacks else None)
 
 
@@ -321,6 +506,72 @@ def _quotas(service_quotas: Any) -> dict[str, Quota]:
                 name = str(quota.get("QuotaName", ""))
                 found[name] = Quota(name, str(quota.get("QuotaCode", "?")), float(quota.get("Value", 0.0)))
     return found
+
+
+def _offerings(ec2: Any, types: list[str]) -> dict[str, set[str]]:
+    offered: dict[str, set[str]] = {t: set() for t in types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone-id", Filters=[{"Name": "instance-type", "Values": types}]
+    )
+    for page in pages:
+        for offering in page.get("InstanceTypeOfferings", []):
+            offered.setdefault(str(offering.get("InstanceType")), set()).add(str(offering.get("Location")))
+    return offered
+
+
+def _leftovers(env: Environment, aws: Clients) -> Leftovers | None:
+    """None when the cluster stack exists (its names are its own); else what carries kvtier's fixed names."""
+    try:
+        aws.cloudformation.describe_stacks(StackName=stack_name(env.name, "cluster"))
+        return None
+    except ClientError as err:
+        if not (_code(err) == "ValidationError" and "does not exist" in _message(err)):
+            raise
+    account = str(aws.sts.get_caller_identity()["Account"])
+    cluster, roles, bucket = leftover_names(env, account)
+    summaries = aws.sagemaker.list_clusters(NameContains=cluster).get("ClusterSummaries", [])
+    clusters = tuple(
+        (str(c["ClusterName"]), str(c.get("ClusterStatus", "?"))) for c in summaries if c.get("ClusterName") == cluster
+    )
+    eks_status = None
+    try:
+        eks_status = str(aws.eks.describe_cluster(name=env.eks_cluster_name)["cluster"].get("status", "?"))
+    except ClientError as err:
+        if _code(err) != "ResourceNotFoundException":
+            raise
+    found_roles = []
+    for role in roles:
+        try:
+            aws.iam.get_role(RoleName=role)
+            found_roles.append(role)
+        except ClientError as err:
+            if _code(err) != "NoSuchEntity":
+                raise
+    state = "exists"
+    try:
+        aws.s3.head_bucket(Bucket=bucket, ExpectedBucketOwner=account)
+    except ClientError as err:
+        code = _code(err)
+        if code in ("404", "NoSuchBucket", "NotFound"):
+            state = "absent"
+        elif code in ("403", "AccessDenied", "Forbidden"):
+            state = "foreign"  # HeadBucket with ExpectedBucketOwner answers 403 for another account's bucket
+        else:
+            raise
+    return Leftovers(clusters, eks_status, tuple(found_roles), bucket, state)
+
+
+def _oidc(env: Environment, aws: Clients, provider_arn: str, eks_cluster: str) -> Check:
+    issuer = str(
+        aws.eks.describe_cluster(name=eks_cluster)["cluster"].get("identity", {}).get("oidc", {}).get("issuer", "")
+    )
+    try:
+        url: str | None = str(aws.iam.get_open_id_connect_provider(OpenIDConnectProviderArn=provider_arn)["Url"])
+    except ClientError as err:
+        if _code(err) != "NoSuchEntity":
+            raise
+        url = None
+    return oidc_check(env, url, issuer)
 
 
 def _addon_reader(env: Environment, eks: Any, spec: AddonSpec) -> Callable[[], list[Check]]:
@@ -346,8 +597,10 @@ def _guard_many(read: Callable[[], list[Check]], area: str, what: str) -> list[C
     """Run one read: credentials or reachability problems stop everything; other API errors make it `unknown`."""
     try:
         return read()
-    except (NoCredentialsError, PartialCredentialsError, EndpointConnectionError) as err:
+    except (NoCredentialsError, PartialCredentialsError) as err:
         raise _unavailable(err, None) from err
+    except UNREACHABLE as err:
+        raise unreachable(err, "the region") from err
     except ClientError as err:
         _raise_if_unavailable(err)
         return [Check(area, what or area, "unreadable", "unknown", _message(err))]
@@ -361,9 +614,8 @@ def _raise_if_unavailable(err: ClientError) -> None:
 
 
 def _unavailable(err: Exception, env: Environment | None) -> UnavailableError:
-    if isinstance(err, EndpointConnectionError):
-        where = f" in {env.region}" if env is not None else ""
-        return UnavailableError(f"cannot check: cannot reach AWS{where} ({err})")
+    if isinstance(err, UNREACHABLE):
+        return unreachable(err, env.region if env is not None else "the region")
     return UnavailableError(
         f"cannot check: no AWS credentials ({err}); configure them (aws configure, AWS_PROFILE or --profile)"
     )

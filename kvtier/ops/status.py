@@ -13,20 +13,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    EndpointConnectionError,
-    NoCredentialsError,
-    NoRegionError,
-    PartialCredentialsError,
-    ProfileNotFound,
-)
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import Role
 from kvtier.errors import UnavailableError
 from kvtier.naming import ENV_TAG, stack_name
+from kvtier.ops.aws import UNREACHABLE, client_config, session, unreachable
 from kvtier.ops.checks import Check, ChecksReport, as_json
 from kvtier.versions import KUBERNETES_VERSION
 
@@ -173,7 +166,14 @@ def _group_checks(env: Environment, groups: Sequence[Mapping[str, Any]]) -> list
         if status != "InService":
             problems.append(f"group is {status}")
         if current < target:
-            problems.append(f"{target - current} of {target} nodes missing")
+            # Continuous provisioning (kvtier's clusters) keeps the group InService and retries the missing nodes.
+            provisioning = status in ("InService", "Creating", "Updating")
+            problems.append(
+                f"{target - current} of {target} nodes "
+                + ("still provisioning (HyperPod retries until capacity is there)" if provisioning else "missing")
+            )
+        if problems:
+            problems.append(f"events: aws sagemaker list-cluster-events --cluster-name {env.hyperpod_cluster_name}")
         if current < wanted:
             problems.append(f"kvtier plans with {wanted} nodes ({planned[name].role})")
         checks.append(Check("instance group", name, value, "degraded" if problems else "ok", "; ".join(problems)))
@@ -360,21 +360,12 @@ _LIVE_STACK_STATUSES = [
 
 
 def clients(env: Environment, profile: str | None = None) -> tuple[SageMakerClient, EKSClient]:
-    session = _session(env, profile)
-    return session.client("sagemaker"), session.client("eks")
+    aws = session(env.region, profile)
+    return aws.client("sagemaker", config=client_config()), aws.client("eks", config=client_config())
 
 
 def cloudformation_client(env: Environment, profile: str | None = None) -> Any:
-    return _session(env, profile).client("cloudformation")
-
-
-def _session(env: Environment, profile: str | None) -> Any:
-    import boto3
-
-    try:
-        return boto3.session.Session(profile_name=profile, region_name=env.region)
-    except (ProfileNotFound, NoRegionError) as err:
-        raise UnavailableError(f"cannot check: {err}") from err
+    return session(env.region, profile).client("cloudformation", config=client_config())
 
 
 def collect(
@@ -397,6 +388,8 @@ def collect(
         checks.append(_addon(eks, eks_name, expected))
     if cloudformation is not None:
         checks.extend(_orphans(env, cloudformation))
+        if env.hyperpod.existing is None:
+            checks.extend(_protection(env, cloudformation))
     return StatusReport(env.name, target, eks_name, tuple(checks))
 
 
@@ -407,6 +400,44 @@ def _orphans(env: Environment, cloudformation: Any) -> list[Check]:
         return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", _message(err))]
     except BotoCoreError as err:
         return [Check("stack", stack_name(env.name, "*"), "unreadable", "unknown", str(err))]
+
+
+def protection_check(name: str, stack: Mapping[str, Any] | None) -> Check:
+    """A network or cluster stack past its first create should be termination-protected (docs/deploying.md):
+    UPDATE_* without protection means a deploy without `established` turned it off."""
+    if stack is None:
+        return Check("protection", name, "absent", "ok", "not deployed")
+    status = str(stack.get("StackStatus", "?"))
+    protected = bool(stack.get("EnableTerminationProtection", False))
+    value = f"{'on' if protected else 'off'}, {status}"
+    if protected:
+        return Check("protection", name, value, "ok")
+    if status.startswith("UPDATE_"):
+        return Check(
+            "protection",
+            name,
+            value,
+            "degraded",
+            "an established environment without termination protection (a deploy without -c established=true): "
+            "persist it in cdk.context.json (docs/deploying.md) and deploy again",
+        )
+    return Check("protection", name, value, "ok", "first deploy: mark the environment established (docs/deploying.md)")
+
+
+def _protection(env: Environment, cloudformation: Any) -> list[Check]:
+    checks = []
+    for kind in ("network", "cluster"):
+        name = stack_name(env.name, kind)
+        try:
+            stacks = cloudformation.describe_stacks(StackName=name).get("Stacks", [])
+        except ClientError as err:
+            if _code(err) == "ValidationError" and "does not exist" in _message(err):
+                stacks = []
+            else:
+                checks.append(Check("protection", name, "unreadable", "unknown", _message(err)))
+                continue
+        checks.append(protection_check(name, stacks[0] if stacks else None))
+    return checks
 
 
 def _addon(eks: EKSClient, cluster: str, expected: ExpectedAddon) -> Check:
@@ -428,8 +459,8 @@ def _read(call: Callable[[], Mapping[str, Any]], what: str, env: Environment) ->
         raise UnavailableError(
             f"cannot check: no AWS credentials ({err}); configure them (aws configure, AWS_PROFILE or --profile)"
         ) from err
-    except EndpointConnectionError as err:
-        raise UnavailableError(f"cannot check: cannot reach AWS in {env.region} ({err})") from err
+    except UNREACHABLE as err:
+        raise unreachable(err, env.region) from err
     except ClientError as err:
         code = _code(err)
         if code in _NOT_FOUND:

@@ -1,4 +1,5 @@
-"""What an environment and each LOB cost per hour, and the same serving capacity on P5 (docs/planning.md, "Costs")."""
+"""What an environment and each LOB cost per hour, the fixed infrastructure around them, and the same serving capacity
+on P5 as a buyer would rent it: whole ml.p5.48xlarge instances (docs/planning.md, "Costs")."""
 
 from __future__ import annotations
 
@@ -12,8 +13,23 @@ from kvtier.config.lob import LineOfBusiness
 
 P5_TYPE = "ml.p5.48xlarge"
 P5_RULE = (
-    "same dense BF16 tensor throughput: H100-equivalent GPUs = GPUs x (their dense BF16 TFLOPS / the H100's); "
-    "a LOB pays its fraction of P5 GPU-hours (nodes are shared), the environment whole ml.p5.48xlarge instances"
+    "same dense BF16 tensor throughput: H100-equivalent GPUs = GPUs x (their dense BF16 TFLOPS / the H100's), "
+    "rented as whole ml.p5.48xlarge instances (8 GPUs; no fraction of one can be rented): the environment "
+    "ceil(H100-eq / 8), a LOB alone ceil(its H100-eq / 8)"
+)
+# Fixed infrastructure of an environment kvtier creates, USD per hour, us-east-1 and us-west-2 on-demand list prices
+# read 2026-12 (docs/references.md "Issue 26"); an existing cluster's owner pays these, not kvtier.
+EKS_CLUSTER_PER_HOUR = 0.10  # https://aws.amazon.com/eks/pricing/ (standard support)
+INTERFACE_ENDPOINT_PER_ZONE_HOUR = 0.01  # https://aws.amazon.com/privatelink/pricing/ (per endpoint per AZ)
+NAT_GATEWAY_PER_HOUR = 0.045  # https://aws.amazon.com/vpc/pricing/
+FIXED_SOURCES = (
+    "https://aws.amazon.com/eks/pricing/",
+    "https://aws.amazon.com/privatelink/pricing/",
+    "https://aws.amazon.com/vpc/pricing/",
+)
+NOT_PRICED = (
+    "EBS volumes, NAT and interface-endpoint data processing, CloudWatch Logs ingestion and storage (all five EKS "
+    "control-plane log types and VPC flow logs of all traffic), load balancers, S3 and data transfer"
 )
 SHARE_RULE = (
     "a LOB pays for the GPUs its endpoints hold (replicas x tensor_parallel) at its instance type's price per GPU"
@@ -50,6 +66,37 @@ def h100_equivalent(instance: InstanceType, gpus: float, p5: InstanceType) -> fl
 
 
 @dataclass(frozen=True)
+class FixedCost:
+    """One fixed item: `count` units at `unit_price` USD an hour each."""
+
+    name: str
+    count: int
+    unit: str
+    unit_price: float
+
+    @property
+    def price(self) -> Price:
+        return Price(self.count * self.unit_price)
+
+
+def fixed_costs(env: Environment) -> tuple[FixedCost, ...]:
+    """What a kvtier-created environment pays whatever its load; nothing for an existing cluster (the owner's)."""
+    if env.hyperpod.existing is not None:
+        return ()
+    zones = len(env.availability_zones)
+    return (
+        FixedCost("EKS control plane", 1, "cluster", EKS_CLUSTER_PER_HOUR),
+        FixedCost(
+            "interface endpoints",
+            len(env.network.interface_endpoints) * zones,
+            f"endpoint x zone ({len(env.network.interface_endpoints)} x {zones})",
+            INTERFACE_ENDPOINT_PER_ZONE_HOUR,
+        ),
+        FixedCost("NAT gateways", env.network.nat_gateways, "gateway", NAT_GATEWAY_PER_HOUR),
+    )
+
+
+@dataclass(frozen=True)
 class GroupCost:
     name: str
     role: str
@@ -68,6 +115,7 @@ class LobCost:
     nodes: float  # GPU nodes its GPUs amount to (nodes are shared)
     price: Price
     h100_gpus: float
+    p5_instances: int  # whole ml.p5.48xlarge instances for its throughput alone
     p5_price: Price
 
 
@@ -84,14 +132,19 @@ class EnvCost:
     h100_gpus: float
     p5_instances: int
     p5_price: Price  # whole P5 instances for the GPU capacity (system nodes stay as they are)
+    fixed: tuple[FixedCost, ...] = ()
+
+    @property
+    def fixed_price(self) -> Price:
+        return sum((f.price for f in self.fixed), Price(0.0))
 
     @property
     def total(self) -> Price:
-        return self.gpu_price + self.system_price
+        return self.gpu_price + self.system_price + self.fixed_price
 
     @property
     def total_on_p5(self) -> Price:
-        return self.p5_price + self.system_price
+        return self.p5_price + self.system_price + self.fixed_price
 
 
 def lob_cost(env: Environment, lob: LineOfBusiness) -> LobCost:
@@ -113,8 +166,14 @@ def lob_cost(env: Environment, lob: LineOfBusiness) -> LobCost:
         nodes=nodes,
         price=price,
         h100_gpus=h100,
-        p5_price=_instances(p5, h100 / p5.gpus),
+        p5_instances=_whole(h100, p5),
+        p5_price=_instances(p5, _whole(h100, p5)),
     )
+
+
+def _whole(h100_gpus: float, p5: InstanceType) -> int:
+    """Whole P5 instances for `h100_gpus` (none for none): a buyer cannot rent part of one."""
+    return math.ceil(h100_gpus / p5.gpus - 1e-9)
 
 
 def env_cost(env: Environment, lobs: Sequence[LineOfBusiness]) -> EnvCost:
@@ -145,7 +204,7 @@ def env_cost(env: Environment, lobs: Sequence[LineOfBusiness]) -> EnvCost:
         total = sum(g.count for g in env.groups("gpu") if g.instance_type == type_name) * instance.gpus
         spare = max(total - held_by_type.get(type_name, 0), 0)
         unallocated = unallocated + _instances(instance, spare / instance.gpus)
-    p5_instances = math.ceil(h100 / p5.gpus - 1e-9)
+    p5_instances = _whole(h100, p5)
     return EnvCost(
         groups=tuple(groups),
         lobs=lob_costs,
@@ -158,4 +217,5 @@ def env_cost(env: Environment, lobs: Sequence[LineOfBusiness]) -> EnvCost:
         h100_gpus=h100,
         p5_instances=p5_instances,
         p5_price=_instances(p5, p5_instances),
+        fixed=fixed_costs(env),
     )

@@ -6,7 +6,17 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
-from kvtier.planner.cost import P5_RULE, P5_TYPE, SHARE_RULE, EnvCost, LobCost, Price, env_cost
+from kvtier.planner.cost import (
+    FIXED_SOURCES,
+    NOT_PRICED,
+    P5_RULE,
+    P5_TYPE,
+    SHARE_RULE,
+    EnvCost,
+    LobCost,
+    Price,
+    env_cost,
+)
 from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
@@ -33,7 +43,11 @@ RULES = {
     "break_even": "the shortest prefix (whole chunks) whose L2 hit (fixed part + bytes, one reader) is faster "
     "than recomputing it; validate and simulate use the same model",
     "lob_share": SHARE_RULE,
-    "p5": P5_RULE + "; by the GPU-hour: H100-equivalent GPUs x the P5 price per GPU (no whole instances)",
+    "p5": P5_RULE,
+    "p5_kv": "KV a replica reaches: on its own type L0 + L1 (its own) + L2 (shared); on one ml.p5.48xlarge GPU "
+    "(H100, same tensor_parallel and gpu_memory_utilization) only L0: P5 buys throughput, the tiers buy KV capacity",
+    "fixed": "a kvtier-created environment: EKS control plane + interface endpoints x zones + NAT gateways, at list "
+    "prices; an existing cluster's owner pays them",
     "month": "price per hour x hours_per_month",
 }
 
@@ -131,6 +145,7 @@ def _lob(cost: LobCost) -> dict[str, Any]:
         "price": _price(cost.price),
         "p5": {
             "h100_gpus": cost.h100_gpus,
+            "instances": cost.p5_instances,
             "price": _price(cost.p5_price),
             # What this LOB pays per hour of H100-equivalent throughput on its own GPUs (compare with P5's per GPU).
             "price_per_h100_equivalent_hour": round(per_h100, 4) if per_h100 is not None else None,
@@ -141,9 +156,6 @@ def _lob(cost: LobCost) -> dict[str, Any]:
 def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
     env = config.env
     p5 = env.instance(P5_TYPE)
-    by_gpu_hour = (
-        Price(cost.h100_gpus * p5.price_per_hour / p5.gpus) if p5.price_per_hour is not None else Price(0.0, (P5_TYPE,))
-    )
     return {
         "name": env.name,
         "region": env.region,
@@ -167,6 +179,19 @@ def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
         "gpu_price": _price(cost.gpu_price),
         "system_price": _price(cost.system_price),
         "unallocated_gpu_price": _price(cost.unallocated_price),
+        "fixed": [
+            {
+                "name": f.name,
+                "count": f.count,
+                "unit": f.unit,
+                "price_per_unit_hour": f.unit_price,
+                "price": _price(f.price),
+            }
+            for f in cost.fixed
+        ],
+        "fixed_price": _price(cost.fixed_price),
+        "fixed_sources": list(FIXED_SOURCES) if cost.fixed else [],
+        "not_priced": NOT_PRICED,
         "total_price": _price(cost.total),
         "p5": {
             "instance_type": P5_TYPE,
@@ -175,10 +200,34 @@ def _environment(config: Config, cost: EnvCost) -> dict[str, Any]:
             "h100_gpus": cost.h100_gpus,
             "instances": cost.p5_instances,
             "price": _price(cost.p5_price),
-            "price_by_gpu_hour": _price(by_gpu_hour),
             "total_price": _price(cost.total_on_p5),
+            "kv": _p5_kv(config),
         },
     }
+
+
+def _p5_kv(config: Config) -> list[dict[str, Any]]:
+    """The KV-capacity reason P5 was bought and the tiers replace: per endpoint, the prefix tokens one replica can
+    reach on its own type (L0 + L1 + the shared L2) and on P5's H100 (L0 only), at the same settings."""
+    gpu = config.env.instance(P5_TYPE).gpu_spec
+    rows = []
+    for lob in config.lobs:
+        for endpoint in lob.endpoints:
+            model = endpoint_model(lob, endpoint, config.files.get(lob.name, lob.name))
+            tiers = endpoint_tiers(config.env, config.lobs, lob, endpoint, model)
+            on_p5 = gpu_budget(
+                gpu, endpoint.gpu_memory_utilization, model, endpoint.tensor_parallel, endpoint.block_size
+            ).tokens
+            rows.append(
+                {
+                    "lob": lob.name,
+                    "endpoint": endpoint.name,
+                    "instance_type": endpoint.instance_type,
+                    "tokens": tiers.l0_tokens + tiers.l1_tokens + tiers.l2_tokens,
+                    "tokens_on_p5": on_p5,
+                }
+            )
+    return rows
 
 
 def caveats(config: Config) -> list[str]:

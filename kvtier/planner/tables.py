@@ -121,7 +121,7 @@ def _endpoint_tables(plan: dict[str, Any], wide: bool) -> list[Table]:
 def _lob_table(plan: dict[str, Any], wide: bool) -> Table:
     table = Table(title="Lines of business (nodes are shared: each pays for its GPUs)", box=box.SIMPLE_HEAD)
     headers = ["LOB", "GPUs (max)/quota", *(["$/hour"] if wide else []), "$/month", "H100-eq", "$/H100-eq-h"]
-    headers += [*(["on P5 $/hour"] if wide else []), "on P5 $/month"]
+    headers += [*(["alone on P5 $/hour"] if wide else []), "alone on P5 $/month"]
     for header in headers:
         table.add_column(header, justify="left" if header == "LOB" else "right")
     for lob in plan["lobs"]:
@@ -153,11 +153,26 @@ def _env_table(plan: dict[str, Any], wide: bool) -> Table:
             g["price"],
         )
     add("GPUs no LOB holds", "", "", str(env["gpus"] - env["allocated_gpus"]), env["unallocated_gpu_price"])
+    for f in env["fixed"]:
+        add(f["name"], f["unit"], str(f["count"]), "", f["price"])
     add("total", "", "", str(env["gpus"]), env["total_price"])
     p5 = env["p5"]
     add("GPU capacity on P5", p5["instance_type"], str(p5["instances"]), str(p5["instances"] * 8), p5["price"])
-    add("  by the GPU-hour", "H100-eq", "", f"{p5['h100_gpus']:.2f}", p5["price_by_gpu_hour"])
     add("total with P5", "", "", "", p5["total_price"])
+    return table
+
+
+def _kv_table(plan: dict[str, Any]) -> Table:
+    """Why P5 was bought: the KV one replica reaches, with the tiers and on an H100 alone."""
+    table = Table(title="KV cache one replica reaches (tokens)", title_justify="left", box=box.SIMPLE_HEAD)
+    for header in ("endpoint", "L0+L1+L2 on its type", "L0 on a P5 GPU"):
+        table.add_column(header, justify="left" if header == "endpoint" else "right")
+    for row in plan["environment"]["p5"]["kv"]:
+        table.add_row(
+            f"{row['lob']}/{row['endpoint']} ({row['instance_type'].removeprefix('ml.')})",
+            f"{row['tokens']:,}",
+            f"{row['tokens_on_p5']:,}",
+        )
     return table
 
 
@@ -178,11 +193,14 @@ def print_tables(plan: dict[str, Any], *, wide: bool = False, console: Console |
         console.print(table)
     console.print(_lob_table(plan, wide))
     console.print(_env_table(plan, wide))
+    if plan["environment"]["p5"]["kv"]:
+        console.print(_kv_table(plan))
     legend = (
         "H100-eq: H100 GPUs of the same dense BF16 throughput; $/H100-eq-h: the LOB's $/hour per H100-eq "
         f"(P5: ${plan['environment']['p5']['price_per_gpu_hour']:,.2f} per H100-hour)."
     )
     console.print(legend, highlight=False, markup=False)
+    console.print(f"Not priced: {plan['environment']['not_priced']}.", highlight=False, markup=False)
     unknown = _unknown_prices(plan)
     if unknown:
         console.print(f"+: a lower bound; no price for {', '.join(unknown)}.", highlight=False, markup=False)

@@ -24,6 +24,18 @@ def check_eks_access(ctx: Context, found: Findings) -> None:
                 "list the CIDRs people run kubectl from (e.g. [203.0.113.0/24]), or use endpoint_access: private",
             )
         )
+    for index, cidr in enumerate(eks.public_access_cidrs):
+        if eks.endpoint_access == "public_and_private" and cidr.endswith("/0"):  # 0.0.0.0/0 (strict CIDRs)
+            found.warnings.append(
+                Problem(
+                    ctx.env_file,
+                    f"eks.public_access_cidrs[{index}]",
+                    f"{cidr} opens the EKS API endpoint to the whole internet (requests still need IAM credentials, "
+                    "but anyone can reach and probe the endpoint)",
+                    "list only the networks you run kubectl from, e.g. [203.0.113.0/24], or use endpoint_access: "
+                    "private",
+                )
+            )
     if not eks.admins:
         found.warnings.append(
             Problem(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kvtier.catalog import Model
 from kvtier.config.curvine import memory_bytes
+from kvtier.config.endpoint import MIN_MODEL_LEN
 from kvtier.config.environment import Environment
 from kvtier.errors import Problem
 from kvtier.planner.gpu import gpu_budget
@@ -82,15 +83,17 @@ def check_model_fits(ctx: Context, site: Site, model: Model, found: Findings) ->
         )
         return
     if budget.tokens < e.max_model_len:
+        # Below the shortest max_model_len kvtier accepts, lowering it cannot help: say what can.
+        lower = f"lower max_model_len to at most {budget.tokens:,}, " if budget.tokens >= MIN_MODEL_LEN else ""
         found.errors.append(
             Problem(
                 site.file,
                 site.at("max_model_len"),
                 f"after the weights, {instance.gpu_spec.name} keeps {budget.kv_gib:.2f} GiB of KV per GPU = "
                 f"{budget.tokens:,} tokens, fewer than one max_model_len ({e.max_model_len:,}) prompt (vLLM refuses "
-                "to start)",
-                f"lower max_model_len to at most {budget.tokens:,}, raise gpu_memory_utilization, or raise "
-                "tensor_parallel",
+                f"to start; {model.id} stores {model.kv_bytes_per_token:,} bytes of KV per token)",
+                f"{lower}raise gpu_memory_utilization, or raise tensor_parallel"
+                + ("" if lower else f" (max_model_len cannot go below {MIN_MODEL_LEN})"),
             )
         )
         return

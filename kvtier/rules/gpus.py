@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.lob import LineOfBusiness
-from kvtier.errors import Problem
+from kvtier.errors import Problem, name_list
 from kvtier.rules.context import Context, Findings
 
 
@@ -27,9 +27,9 @@ def check_quota(ctx: Context, lob: LineOfBusiness, found: Findings) -> None:
     need = held + surge
     if need <= lob.gpu_quota:
         return
-    parts = ", ".join(
-        f"{e.name} {e.max_replicas}{' + 1 surge' if surge_gpus(e) else ''} x TP {e.tensor_parallel}"
-        for e in lob.endpoints
+    biggest = sorted(lob.endpoints, key=lambda e: -(e.max_replicas * e.tensor_parallel + surge_gpus(e)))
+    parts = name_list(
+        [f"{e.name} {e.max_replicas}{' + 1 surge' if surge_gpus(e) else ''} x TP {e.tensor_parallel}" for e in biggest]
     )
     why = "at their maximum replicas" if not surge else "at their maximum replicas plus one rolling-update pod each"
     found.errors.append(
@@ -49,11 +49,9 @@ def check_gpu_groups(ctx: Context, found: Findings) -> None:
         if have is None or need <= have:
             continue  # a type without a group is reported per endpoint
         group = next(g for g in ctx.env.groups("gpu") if g.instance_type == type_name)
-        users = ", ".join(
-            f"{s.label} {s.endpoint.max_replicas} x TP {s.endpoint.tensor_parallel}"
-            for s in ctx.sites()
-            if s.endpoint.instance_type == type_name
-        )
+        sites = [s for s in ctx.sites() if s.endpoint.instance_type == type_name]
+        sites.sort(key=lambda s: -s.endpoint.max_replicas * s.endpoint.tensor_parallel)  # the biggest first
+        users = name_list([f"{s.label} {s.endpoint.max_replicas} x TP {s.endpoint.tensor_parallel}" for s in sites])
         per_node = ctx.gpus(type_name)
         found.errors.append(
             Problem(

@@ -1,12 +1,12 @@
-"""Model shapes: every endpoint's model from the catalog or its LOB file, and LOB descriptions that disagree with
-the catalog."""
+"""Model shapes: every endpoint's model from the catalog or its LOB file, LOB descriptions that disagree with the
+catalog, and a max_model_len the model cannot serve."""
 
 from __future__ import annotations
 
 from kvtier.catalog import MODELS, Model
 from kvtier.errors import ConfigError, Problem
 from kvtier.planner.shapes import endpoint_model
-from kvtier.rules.context import Context, Findings
+from kvtier.rules.context import Context, Findings, Site
 
 
 def endpoint_models(ctx: Context, found: Findings) -> dict[tuple[str, int], Model]:
@@ -39,3 +39,22 @@ def endpoint_models(ctx: Context, found: Findings) -> dict[tuple[str, int], Mode
                     )
                 )
     return models
+
+
+def check_context_length(site: Site, model: Model, found: Findings) -> bool:
+    """vLLM refuses a max_model_len above the model's own (its config.json), unless VLLM_ALLOW_LONG_MAX_MODEL_LEN is
+    set, which kvtier never sets (docs/references.md): the pods would crash-loop at start. True when it fits."""
+    limit = model.context_length
+    asked = site.endpoint.max_model_len
+    if limit is None or asked <= limit:
+        return True
+    found.errors.append(
+        Problem(
+            site.file,
+            site.at("max_model_len"),
+            f"{asked:,} is above the {limit:,}-token context of {model.id} (its config.json max_position_embeddings; "
+            "vLLM refuses to start with a longer max_model_len)",
+            f"use max_model_len {limit:,} or less",
+        )
+    )
+    return False

@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from kvtier.errors import Problem
 from kvtier.rules.context import Findings, Site
-from kvtier.versions import ROUTER_LMCACHE_VERSION, STANDALONE_LMCACHE_VERSION
-
-
-def minor_version(version: str) -> str:
-    return ".".join(version.split(".")[:2])
+from kvtier.versions import ROUTER_POLICY, VLLM_ROUTER_VERSION
 
 
 def check_routing(site: Site, found: Findings) -> None:
     e = site.endpoint
-    if e.routing != "kvaware":
+    if e.mode == "standalone" and e.routing not in ROUTER_POLICY:
+        # vllm-router's kv_aware needs each engine's KV-event publisher wired as a static --kv-event-source with the
+        # model and block size, which pod discovery does not give; it is not run in CI either (docs/references.md
+        # "Issue 25"). production-stack's kvaware embedded an LMCache 0.3.11 controller that 0.4 engines cannot join.
+        found.errors.append(
+            Problem(
+                site.file,
+                site.at("routing"),
+                f"{e.routing} has no policy in the standalone router (vllm-router {VLLM_ROUTER_VERSION}): its KV-aware "
+                "mode needs every engine's KV-event socket listed by hand, which pod discovery cannot give",
+                f"use routing: prefixaware (token-level prefix routing) or one of {', '.join(ROUTER_POLICY)}, "
+                "or mode: operator",
+            )
+        )
         return
-    if e.api == "chat":
+    if e.routing == "kvaware" and e.api == "chat":
         found.errors.append(
             Problem(
                 site.file,
@@ -25,33 +34,5 @@ def check_routing(site: Site, found: Findings) -> None:
                 "request would fall back to session or load routing",
                 "use routing: prefixaware (it reads chat messages), or set api: completions if the clients call "
                 "/v1/completions",
-            )
-        )
-        return
-    if e.mode != "standalone":
-        return
-    reason = (
-        "the production-stack router embeds the LMCache controller of lmcache "
-        f"{ROUTER_LMCACHE_VERSION}, whose protocol changed in 0.4 (registration of a newer engine is expected to "
-        'fail, docs/references.md "Routing and modes")'
-    )
-    if e.image is None and minor_version(STANDALONE_LMCACHE_VERSION) != minor_version(ROUTER_LMCACHE_VERSION):
-        found.errors.append(
-            Problem(
-                site.file,
-                site.at("routing"),
-                f"kvaware with the default standalone image (LMCache {STANDALONE_LMCACHE_VERSION}) would not "
-                f"route by cache: {reason}",
-                "use prefixaware or session in standalone mode, mode: operator, or an `image` whose LMCache is "
-                f"{minor_version(ROUTER_LMCACHE_VERSION)}.x",
-            )
-        )
-    else:
-        found.warnings.append(
-            Problem(
-                site.file,
-                site.at("routing"),
-                f"kvaware works only if the image's LMCache is {minor_version(ROUTER_LMCACHE_VERSION)}.x: {reason}",
-                "check `pip show lmcache` in the image, or use prefixaware",
             )
         )

@@ -111,13 +111,15 @@ class _Run:
         self.l1 = [LRU(model.l1_tokens // size) for _ in range(replicas)]
         l2_units = model.l2_tokens // size if model.has_l2 else 0  # no L2 backend: no capacity, infinite load time
         self.l2 = SharedPool(l2_units, config.l2_max_age_s, config.janitor_every_s, config.l2_target_fraction)
-        self.view = ClusterView([0] * replicas, self.l0, self.l1, random.Random(config.seed))
+        self.view = ClusterView([0] * replicas, self.l0, self.l1, random.Random(config.seed), self.l2)
         self.router = make_router(
             config.routing,
             self.view,
             size,
             min_match_tokens=config.prefix_min_match_tokens,
             kv_aware_threshold=config.kv_aware_threshold,
+            model=model,
+            slots=config.slots,
         )
         self.queues: list[deque[int]] = [deque() for _ in range(replicas)]
         self.running = [0] * replicas
@@ -177,7 +179,7 @@ class _Run:
 
     def arrive(self, index: int, now: float) -> None:
         trace = self.trace
-        replica = self.router.choose(Ask(trace.units[index], trace.tokens[index], trace.sessions[index]))
+        replica = self.router.choose(Ask(trace.units[index], trace.tokens[index], trace.sessions[index], now))
         self.view.outstanding[replica] += 1
         self.served[replica] += 1
         if self.running[replica] < self.config.slots:

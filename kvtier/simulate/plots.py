@@ -23,6 +23,28 @@ def ttft_needs_log_axis(values: Sequence[float]) -> bool:
     return len(positive) > 1 and max(positive) > LOG_SPAN * min(positive)
 
 
+def percent_top(values: Sequence[float]) -> float:
+    """The top of a 0-based percent axis: a little above the highest value, never past 100 or below 5 (a fixed
+    0-100% axis flattens hit rates of a few percent into the floor)."""
+    return min(100.0, max(5.0, 1.15 * max(values, default=0.0)))
+
+
+def log_ticks(axes: Any) -> None:
+    """Ticks at 1, 2 and 5 of every decade, written as plain numbers (0.2, 0.5, 1, 2): matplotlib's default puts
+    labels only on powers of ten, two labels for a span of 0.1 s to 5 s."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axes.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axes.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _sizes(result: SimResult, swept: Sequence[str]) -> str:
+    l1, l2 = float(result.extra.get("l1_gib", 0.0)), float(result.extra.get("l2_gb", 0.0))
+    parts = {"l1_gib": f"L1 {l1:,g} GiB per replica", "l2_gb": f"L2 {l2:,g} GB"}
+    return ", ".join(parts[key] for key in swept)
+
+
 def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list[Path]:
     """Hit rate per tier and TTFT per strategy (at the first configuration of each), and hit rate vs size for each
     swept size (L1, L2). Returns the files written."""
@@ -38,6 +60,9 @@ def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list
     base = list(firsts.values())
     names = [r.routing for r in base]
     written = []
+    swept = [key for key in SWEEP_PLOTS if len({float(r.extra.get(key, 0.0)) for r in results}) > 1]
+    # A sweep's per-strategy plots show its first sizes: say which, or they read as the configured endpoint.
+    at = f"\nat {_sizes(base[0], swept)} (the first of the sweep)" if swept and base else ""
 
     figure, axes = plt.subplots(figsize=(7, 4.5))
     bottom = [0.0] * len(base)
@@ -45,11 +70,12 @@ def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list
         values = [100 * r.hit_rate(tier) for r in base]
         axes.bar(names, values, bottom=bottom, label=label)
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    top = percent_top(bottom)
     for position, total in enumerate(bottom):
-        axes.text(position, total + 1, f"{total:.1f}%", ha="center", fontsize=8)
+        axes.text(position, total + 0.01 * top, f"{total:.1f}%", ha="center", va="bottom", fontsize=8)
     axes.set_ylabel("prompt tokens served from cache (%)")
-    axes.set_ylim(0, 100)
-    axes.set_title(f"Token hit rate per tier\n{title}", fontsize=9)
+    axes.set_ylim(0, top * 1.05)  # room for the totals printed above the bars
+    axes.set_title(f"Token hit rate per tier\n{title}{at}", fontsize=9)
     axes.legend(fontsize=8)
     written.append(_save(figure, out_dir / "hit-rate-per-tier.png"))
 
@@ -66,10 +92,11 @@ def write_plots(results: Sequence[SimResult], out_dir: Path, title: str) -> list
     axes.set_xticks(range(len(base)), names)
     if ttft_needs_log_axis(values):
         axes.set_yscale("log")  # p99 queueing can be 100x p50: a linear axis flattens the rest
+        log_ticks(axes)
         axes.set_ylabel("time to first token (s, log scale)")
     else:
         axes.set_ylabel("time to first token (s)")
-    axes.set_title(f"TTFT per routing strategy\n{title}", fontsize=9)
+    axes.set_title(f"TTFT per routing strategy\n{title}{at}", fontsize=9)
     axes.legend(fontsize=8)
     written.append(_save(figure, out_dir / "ttft.png"))
 
@@ -94,20 +121,23 @@ def _sweep_plot(
 ) -> Path:
     figure, axes = plt.subplots(figsize=(7, 4.5))
     tier = "l1" if key == "l1_gib" else "l2"
+    shown: list[float] = []
     for routing in firsts:
         runs = sorted((r for r in results if r.routing == routing), key=lambda r: float(r.extra.get(key, 0.0)))
         xs = [sizes.index(float(r.extra.get(key, 0.0))) for r in runs]
-        line = axes.plot(xs, [100 * r.hit_rate() for r in runs], marker="o", label=f"{routing}: all tiers")
+        overall = [100 * r.hit_rate() for r in runs]
+        line = axes.plot(xs, overall, marker="o", label=f"{routing}: all tiers")
         if tier == "l1":
             part = [100 * r.hit_rate("l1") for r in runs]
         else:
             part = [100 * (r.hit_rate("l2_same") + r.hit_rate("l2_other")) for r in runs]
         axes.plot(xs, part, linestyle="--", color=line[0].get_color(), label=f"{routing}: {tier.upper()}")
+        shown += overall + part
     # One evenly spaced, labelled tick per swept size (sweeps are often uneven: 0, 50, 100, 400, 1600).
     axes.set_xticks(range(len(sizes)), [f"{s:,g}" for s in sizes], rotation=45 if len(sizes) > 6 else 0, fontsize=8)
     axes.set_xlabel(f"{label}, one tick per size simulated")
     axes.set_ylabel("prompt tokens served from cache (%)")
-    axes.set_ylim(0, 100)
+    axes.set_ylim(0, percent_top(shown))
     axes.set_title(f"Hit rate vs {tier.upper()} size\n{title}", fontsize=9)
     axes.legend(fontsize=7, ncol=2)
     return _save(figure, path)

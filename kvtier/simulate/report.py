@@ -28,6 +28,8 @@ FIXES = {
     "kvaware": "matches within --kv-aware-threshold of the prompt follow the cache; lower --kv-aware-threshold",
     "session": "the trace's sessions hash unevenly onto the replicas; no flag changes that",
     "roundrobin": "round-robin cannot be uneven; check --replicas",
+    "poolaware": "the expected TTFT favoured the replicas holding the prefix locally; the queue estimate balances "
+    "them once their wait exceeds an L2 load",
 }
 
 

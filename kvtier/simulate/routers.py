@@ -1,4 +1,4 @@
-"""The four routing strategies of vLLM production-stack's router, as the simulator models them.
+"""The routing strategies the simulator models: production-stack's four, and kvtier's pool-aware policy.
 
 Load awareness is the same for the two that have it (prefixaware, kvaware): among equally good replicas, and when
 a match is too short, the one with the fewest requests waiting or running wins, then a seeded random pick.
@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
 
+from kvtier.planner.model import TierModel
 from kvtier.serving import KV_AWARE_THRESHOLD
-from kvtier.simulate.cache import LRU
+from kvtier.simulate.cache import LRU, SharedPool
 
-Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware"]
-STRATEGIES: tuple[Strategy, ...] = ("roundrobin", "session", "prefixaware", "kvaware")
+Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware", "poolaware"]
+STRATEGIES: tuple[Strategy, ...] = ("roundrobin", "session", "prefixaware", "kvaware", "poolaware")
 RING_POINTS = 160  # points per replica on the session hash ring (uhashring's ketama default: 40 vnodes x 4)
 
 
@@ -32,6 +34,7 @@ class ClusterView:
     l0: Sequence[LRU]
     l1: Sequence[LRU]
     rng: random.Random
+    l2: SharedPool | None = None  # the shared pool's contents (poolaware only)
 
     def least_loaded(self, candidates: Sequence[int]) -> int:
         if len(candidates) == 1:
@@ -43,11 +46,12 @@ class ClusterView:
 
 
 class Ask(NamedTuple):
-    """What a router sees of a request: its units, its length, its session id."""
+    """What a router sees of a request: its units, its length, its session id, when it arrives."""
 
     units: tuple[int, ...]
     tokens: int
     session: int
+    now: float = 0.0
 
 
 class Router(Protocol):
@@ -157,6 +161,70 @@ class KvAware:
         return view.least_loaded(holders)
 
 
+class PoolAware:
+    """kvtier's pool-aware policy: each request to the replica with the lowest expected TTFT, from the planner's
+    numbers (`TierModel`):
+
+        expected TTFT = queue wait + L1 load of the replica's L1 hits + (L2 hit: fixed + tokens x L2 read time)
+                        + prefill of what neither holds
+
+    L0 and L1 are the replica's own (L0 costs nothing); L2 is the shared pool, which every replica reads, so a
+    prefix in L2 is a near-hit everywhere and a busy replica's cache stops being worth its queue. Queue wait: the
+    router's own ledger of the service time it expects for what it sent each replica (per slot), reset when the
+    replica is idle. Ties (equal expected TTFT): least loaded, then seeded random."""
+
+    def __init__(self, view: ClusterView, unit_tokens: int, model: TierModel, slots: int = 1) -> None:
+        if view.l2 is None:
+            raise ValueError("poolaware needs the shared pool in the cluster view")
+        self.view = view
+        self.unit_tokens = unit_tokens
+        self.model = model
+        self.slots = max(slots, 1)
+        self.free_at = [0.0] * len(view.outstanding)  # when each replica is expected to have worked off its queue
+
+    def expected_service(self, replica: int, ask: Ask) -> float:
+        view, model, size = self.view, self.model, self.unit_tokens
+        held0, held1 = view.l0[replica].entries, view.l1[replica].entries
+        files = view.l2.files if view.l2 is not None else {}
+        local0 = local1 = pooled = 0
+        for unit in ask.units:
+            if unit in held0:
+                local0 += 1
+            elif unit in held1:
+                local1 += 1
+            elif unit in files:
+                pooled += 1
+            else:
+                break
+        hit = min((local0 + local1 + pooled) * size, ask.tokens)
+        cached = min(hit, ask.tokens - 1)
+        service = model.prefill_seconds(ask.tokens) - model.prefill_seconds(cached)
+        if local1:
+            service += model.l1_load_seconds(local1 * size)
+        if pooled and model.has_l2:
+            service += model.l2_load_seconds(pooled * size)
+        return service
+
+    def choose(self, ask: Ask) -> int:
+        view = self.view
+        best: list[int] = []
+        best_ttft = math.inf
+        services: dict[int, float] = {}
+        for replica in range(len(view.outstanding)):
+            if not view.outstanding[replica]:
+                self.free_at[replica] = ask.now
+            wait = max(self.free_at[replica] - ask.now, 0.0)
+            services[replica] = service = self.expected_service(replica, ask)
+            ttft = wait + service
+            if ttft < best_ttft - 1e-12:
+                best, best_ttft = [replica], ttft
+            elif abs(ttft - best_ttft) <= 1e-12:
+                best.append(replica)
+        replica = view.least_loaded(best)
+        self.free_at[replica] = max(self.free_at[replica], ask.now) + services[replica] / self.slots
+        return replica
+
+
 def make_router(
     strategy: str,
     view: ClusterView,
@@ -164,6 +232,8 @@ def make_router(
     *,
     min_match_tokens: int = 0,
     kv_aware_threshold: int = KV_AWARE_THRESHOLD,
+    model: TierModel | None = None,
+    slots: int = 1,
 ) -> Router:
     if strategy == "roundrobin":
         return RoundRobin(view)
@@ -173,6 +243,10 @@ def make_router(
         return PrefixAware(view, unit_tokens, min_match_tokens)
     if strategy == "kvaware":
         return KvAware(view, unit_tokens, kv_aware_threshold)
+    if strategy == "poolaware":
+        if model is None:
+            raise ValueError("poolaware needs the endpoint's tier model (the planner's numbers)")
+        return PoolAware(view, unit_tokens, model, slots)
     raise ValueError(f"unknown routing strategy '{strategy}'; use one of {', '.join(STRATEGIES)}")
 
 

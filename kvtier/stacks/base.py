@@ -12,13 +12,16 @@ from kvtier.naming import ENV_TAG, stack_name
 
 # `cdk deploy -c established=true`: the environment's first deploy succeeded (docs/deploying.md). Only then are the
 # network and cluster stacks termination-protected: a failed first create ends in ROLLBACK_COMPLETE, which `cdk deploy`
-# must delete to retry, and protection would refuse that.
+# must delete to retry, and protection would refuse that. Persisted per environment as `"established:<env>": true` in
+# cdk.context.json (CDK reads that file on every synth), so one deploy without the flag cannot turn protection off;
+# `kvtier status` reports an established stack without protection.
 ESTABLISHED_CONTEXT = "established"
 PROTECTED_KINDS = ("network", "cluster")
 
 
-def established(scope: Construct) -> bool:
-    return str(scope.node.try_get_context(ESTABLISHED_CONTEXT)).lower() == "true"
+def established(scope: Construct, env_name: str | None = None) -> bool:
+    keys = [ESTABLISHED_CONTEXT, *([f"{ESTABLISHED_CONTEXT}:{env_name}"] if env_name else [])]
+    return any(str(scope.node.try_get_context(key)).lower() == "true" for key in keys)
 
 
 def cdk_environment(env: Environment) -> CdkEnvironment:
@@ -34,7 +37,7 @@ class KvtierStack(Stack):
             stack_name(env.name, kind),
             env=cdk_environment(env),
             description=description,
-            termination_protection=established(scope) and kind in PROTECTED_KINDS,
+            termination_protection=established(scope, env.name) and kind in PROTECTED_KINDS,
         )
         self.outputs = StackOutputs()  # what dist/ lists for this stack
         # The zones are literals on purpose (availability_zones below: synth never looks them up). CDK acknowledges

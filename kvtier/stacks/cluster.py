@@ -96,6 +96,14 @@ class NewClusterStack(ClusterStack):
             node_security_group=network.node_security_group,
         )
         self.eks = self.kvtier_eks
+        # CDK's kubectl handler runs in the EKS-created cluster security group: with an `eks` or `ecr.api` interface
+        # endpoint (private DNS) it must reach the endpoints too, or every manifest times out.
+        network.admit_to_endpoints(
+            self,
+            "EndpointsFromKubectlHandler",
+            self.kvtier_eks.cluster.cluster_security_group_id,
+            "HTTPS from the EKS cluster security group (CDK's kubectl handler)",
+        )
         # 2. The four networking add-ons, before any node.
         self.network_addons = ClusterAddons(
             self, "NetworkAddons", eks_cluster=self.eks, specs=addons("network"), outputs=self.outputs
@@ -120,7 +128,7 @@ class NewClusterStack(ClusterStack):
             eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
             subnets=subnets,
             security_group=network.node_security_group,
-            established=established(self),
+            established=established(self, env.name),
         )
         self._dependencies_release()
         for dependency in (
@@ -199,6 +207,7 @@ class ExistingClusterStack(ClusterStack):
                     specs=specs,
                     outputs=self.outputs,
                     context=context,
+                    resolve_conflicts="PRESERVE",
                 )
         self.hyperpod_dependencies: HyperPodDependencies | None = None
         if env.hyperpod.installs("hyperpod_dependencies"):
@@ -222,6 +231,7 @@ class ExistingClusterStack(ClusterStack):
                 self,
                 "TieredStorage",
                 cluster_arn=existing.hyperpod_cluster_arn,
+                eks_cluster_arn=self.eks.icluster.cluster_arn,
                 memory_percent=env.hyperpod.tiered_storage.memory_percent,
             )
         self._outputs(env)

@@ -84,7 +84,10 @@ def test_make_synth_drops_the_stack_id_line_keeps_the_exit_code_and_prints_the_h
 
 
 def test_jsii_gets_the_projects_node_unless_one_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("JSII_NODE", raising=False)
+    # setenv first, so that monkeypatch records the variable's original state and restores it (prefer_project_node
+    # sets it itself; without this, the fake node below leaked into every later test's subprocesses)
+    monkeypatch.setenv("JSII_NODE", "")
+    monkeypatch.delenv("JSII_NODE")
     here = tmp_path / "node_modules" / ".bin"
     here.mkdir(parents=True)
     node = here / "node"

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import http.server
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvtier import __version__
 from kvtier.bench.records import RequestRecord
 from kvtier.bench.result import BenchResult
 from kvtier.bench.testserver import Behaviour, FakeCluster, free_port
@@ -269,3 +274,67 @@ def test_trace_duration_sends_only_what_is_scheduled_before_it(tmp_path: Path) -
     paced = TraceReplay(url="http://x", path=tmp_path / "t.jsonl", requests=reqs, qps=2.0, duration_s=2.0)
     assert [at for _, at in paced.schedule()] == [0.0, 500.0, 1000.0, 1500.0]
     assert replay.planned() == 4
+
+
+def test_compare_names_a_newer_format_and_the_version_that_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    newer = _written(tmp_path, lambda d: d.update(format="kvtier-bench/2", kvtier_version="0.9.0"))
+    assert json.loads((tmp_path / "good.json").read_text())["kvtier_version"] == __version__
+    assert main(["bench", "compare", str(newer), str(newer)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f'kvtier bench: {newer} is a newer kvtier bench result ("format": "kvtier-bench/2"; this kvtier '
+        f'{__version__} reads "kvtier-bench/1"); read it with the kvtier version that wrote it (0.9.0), or upgrade '
+        "kvtier"
+    ]
+    other = _written(tmp_path, lambda d: d.update(format="other-tool/7"))
+    assert main(["bench", "compare", str(other), str(other)]) == 2
+    assert "is not a kvtier bench result" in capsys.readouterr().err
+
+
+def _html_server(tmp_path: Path) -> Any:
+    """A real web server that is not an OpenAI API (Python's static file server, 404 pages in HTML)."""
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_a_url_that_is_not_an_openai_server_says_what_answered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    server = _html_server(tmp_path)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        code, result = _sweep(tmp_path, url)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 2 and result == {}
+    err = capsys.readouterr().err
+    assert err.startswith(
+        f"kvtier bench: not an OpenAI-compatible server: {url}/v1/models answered HTTP 404 (text/html: "
+    )
+    assert "point the URL at vLLM or its router" in err
+    assert "pass --model" not in err and len(err.splitlines()) == 1
+
+
+def test_an_openai_server_with_no_model_asks_for_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster(1, dataclasses.replace(QUICK, model="")) as c:
+        code, _ = _sweep(tmp_path, c.urls[0])
+    assert code == 2
+    assert "lists no model; pass the served model's name with --model" in capsys.readouterr().err
+
+
+def test_a_metrics_url_that_saw_none_of_the_run_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster(2, QUICK) as c:  # the run goes to the first server, --metrics-url names the second
+        code, result = _sweep(tmp_path, c.urls[0], None, "--metrics-url", c.urls[1])
+    assert code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"{c.urls[1]} counted none of this run's 4 answered requests" in out
+    assert any("counted none" in n for n in result["cache"][0]["notes"])

@@ -24,6 +24,7 @@ from kvtier.bench.runner import RunOptions, run_workload
 from kvtier.bench.testserver import Behaviour, FakeCluster, FakeServer, Logged
 from kvtier.bench.workloads import TraceReplay
 from kvtier.cli import main
+from kvtier.serving import SESSION_HEADER
 from kvtier.trace import load_trace
 
 MARGIN_S = 0.5  # measured TTFT may exceed the programmed delay by at most this (scheduling, GIL, loopback)
@@ -240,7 +241,9 @@ def test_shared_prefix_sends_by_default_the_header_the_standalone_router_hashes(
     endpoint = load_checked(CONFIG_DIR, "dev").lobs[0].endpoints[0]
     session = endpoint.model_copy(update={"routing": "session", "mode": "standalone"})
     flags = router_args("retail", session)
-    assert args.user_header == flags[flags.index("--session-key") + 1]
+    # consistent_hash keys on x-session-id first (vllm-router's hash_key.rs); the real-router test proves it sticks.
+    assert flags[flags.index("--policy") + 1] == "consistent_hash"
+    assert args.user_header == SESSION_HEADER == "x-session-id"
 
 
 def test_trace_replay_time_scaled(tmp_path: Path) -> None:

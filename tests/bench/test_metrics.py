@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from kvtier.bench.metrics import L1_L2_NOTE, Scrape, cache_report, cache_totals, parse_prometheus, total
+from kvtier.bench.metrics import (
+    Scrape,
+    cache_report,
+    cache_totals,
+    l1_l2_note,
+    note_unseen,
+    parse_prometheus,
+    total,
+)
+from kvtier.bench.terminal import cache_lines
 
 TEXT = """\
 # HELP vllm:prefix_cache_queries Prefix cache queries.
@@ -70,7 +80,9 @@ def test_cache_report_deltas_per_tier() -> None:
         "local_cache_hit": 800.0,
         "external_kv_transfer": 500.0,
     }
-    assert L1_L2_NOTE in report["notes"]
+    # The note names the counters this report read (here the retrieve-time LMCache count), not a fixed one.
+    assert tiers["lmcache_l1_l2"]["metric"] == "lmcache:num_hit_tokens_total"
+    assert l1_l2_note(["vllm:external_prefix_cache_hits_total", "lmcache:num_hit_tokens_total"]) in report["notes"]
     totals = cache_totals([report, report])
     assert totals["l0_gpu_prefix_cache"] == {"hit_tokens": 1600.0, "query_tokens": 4000.0}
     assert totals["l2_io"]["read_requests"] == 12.0
@@ -122,3 +134,54 @@ def test_unreachable_metrics_are_a_note() -> None:
     report = cache_report(Scrape("u", error="HTTP 404"), Scrape("u", error="HTTP 404"))
     assert report["scraped"] is False
     assert report["notes"] == ["cannot read u/metrics: HTTP 404"]
+
+
+def _report(url: str, l0: tuple[int, int], external: tuple[int, int], lookup: tuple[int, int]) -> dict[str, Any]:
+    """A report from two real scrapes whose counters moved by the given (hits, queries) per tier."""
+    names = {
+        "vllm:prefix_cache": l0,
+        "vllm:external_prefix_cache": external,
+    }
+    after = [f"{n}_hits_total {h}\n{n}_queries_total {q}" for n, (h, q) in names.items()]
+    after += [f"lmcache:num_lookup_hits_total {lookup[0]}", f"lmcache:num_lookup_tokens_total {lookup[1]}"]
+    before = [line.rsplit(" ", 1)[0] + " 0" for line in "\n".join(after).splitlines()]
+    return cache_report(
+        Scrape(url, parse_prometheus("\n".join(before))), Scrape(url, parse_prometheus("\n".join(after)))
+    )
+
+
+def test_lmcache_lookup_count_is_not_shown_as_a_tier_beside_l0() -> None:
+    """LMCache looks up whole prompts, so on a pod that served its own repeats its count equals L0's (94.3% and
+    94.3%): the summary says what each count is of, and names the counters its caveat is about."""
+    lines = cache_lines([_report("http://a", (943, 1000), (0, 57), (943, 1000))], wide=False)
+    text = "\n".join(lines)
+    assert "  L0 GPU prefix cache: 943 of 1,000 prompt tokens (94.3%)" in lines
+    assert "  L1+L2 (vLLM external): 0 of 57 tokens L0 missed (0.0%)" in lines
+    assert "LMCache held at lookup: 943 of 1,000 prompt tokens, L0's hits included" in text
+    assert "L1+L2 (LMCache)" not in text
+    assert "vllm:external_prefix_cache_hits_total and lmcache:num_lookup_hits_total" in " ".join(text.split())
+    assert "lmcache:num_hit_tokens_total" not in text  # a counter this report did not read
+
+
+def test_notes_every_server_shares_are_said_once() -> None:
+    reports = [_report(u, (0, 100), (90, 100), (90, 100)) for u in ("http://a", "http://b", "http://c")]
+    lines = cache_lines(reports, wide=True)
+    assert sum("counters are per server process" in line for line in lines) == 1
+    assert sum("cannot be separated" in line for line in lines) == 1
+    assert lines.index("cache notes (all 3 servers):") > max(i for i, line in enumerate(lines) if "cache at" in line)
+
+
+def test_a_metrics_url_the_run_never_reached_says_so() -> None:
+    reached, elsewhere = (
+        _report("http://a", (0, 100), (90, 100), (90, 100)),
+        _report("http://b", (0, 0), (0, 0), (0, 0)),
+    )
+    note_unseen([reached, elsewhere], answered=4)
+    assert not any("counted none" in n for n in reached["notes"])
+    assert elsewhere["notes"][0] == (
+        "http://b counted none of this run's 4 answered requests (0 prompt tokens): the requests went elsewhere; "
+        "pass the URLs of the pods that served them with --metrics-url"
+    )
+    quiet = _report("http://c", (0, 0), (0, 0), (0, 0))
+    note_unseen([quiet], answered=0)  # nothing answered: nothing to have missed
+    assert not any("counted none" in n for n in quiet["notes"])

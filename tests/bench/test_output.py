@@ -129,3 +129,24 @@ def test_trace_plots_draw_failures(tmp_path: Path) -> None:
     for f in files:
         data = f.read_bytes()
         assert data.startswith(PNG) and len(data) > 10_000
+
+
+def test_off_a_terminal_progress_is_plain_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI log or a pipe cannot show a live bar: a plain line at the start and then at most every few seconds
+    says how far the run is, so a long run never looks hung; --no-progress silences them."""
+    from kvtier.bench import session
+
+    monkeypatch.setattr(session, "PLAIN_EVERY_S", 0.0)
+    quick = Behaviour(cold_s=0.05, warm_s=0.05, l2_s=0.05, itl_s=0.001, output_tokens=2)
+    argv = ["--lengths", "50,60", "--settle-s", "0", "--no-plots", "--salt", "s1"]
+    with FakeCluster(2, quick) as c:
+        urls = ["--write-url", c.urls[0], "--read-url", c.urls[1]]
+        assert main(["bench", "sweep", *urls, *argv, "--out", str(tmp_path / "a")]) == 0
+        err = capsys.readouterr().err.splitlines()
+        assert main(["bench", "sweep", *urls, *argv, "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+        quiet = capsys.readouterr().err
+    assert err[0] == "sweep s1: sending 4 requests ..."
+    assert err[-1].startswith("sweep s1: 4 of 4 requests done (")
+    assert quiet == ""

@@ -19,9 +19,12 @@ STUBS = {
         'done < "$STATE/devices"\necho "$dev"'
     ),
     "mount": '[ "$1" = --bind ] || exit 2; echo "$3 $(findmnt -rno SOURCE --target "$2")" >> "$STATE/devices"',
-    "systemctl": 'echo "systemctl $*" >> "$STATE/calls"',
+    "systemctl": (
+        'echo "systemctl $*" >> "$STATE/calls"\n'
+        'if [ "$1" = is-active ]; then grep -qxF "${@: -1}" "$STATE/active" 2>/dev/null; fi'
+    ),
     "df": "echo Size; echo 600G",
-    "sleep": "true",
+    "sleep": 'echo "sleep $*" >> "$STATE/calls"',
 }
 
 
@@ -77,7 +80,16 @@ def test_gpu_node_keeps_runtime_on_ebs_and_prepares_the_curvine_dir(sandbox: dic
     curvine = nvme / "curvine-data"
     assert curvine.is_dir() and oct(curvine.stat().st_mode & 0o777) == "0o700"
     calls = (Path(sandbox["STATE"]) / "calls").read_text()
-    assert "systemctl stop kubelet containerd" in calls and "systemctl start containerd kubelet" in calls
+    # Issue 26: nothing was running, so nothing is stopped or started (HyperPod starts kubelet itself).
+    assert "systemctl stop" not in calls and "systemctl start" not in calls
+
+
+def test_services_already_running_are_stopped_and_restarted(sandbox: dict[str, str]) -> None:
+    (Path(sandbox["STATE"]) / "active").write_text("containerd\n")  # kubelet not started yet
+    assert _run("on_create_gpu.sh", sandbox).returncode == 0
+    calls = (Path(sandbox["STATE"]) / "calls").read_text()
+    assert "systemctl stop containerd\n" in calls and "systemctl start containerd\n" in calls
+    assert "kubelet" not in calls.replace("is-active --quiet kubelet", "")
 
 
 def test_rerun_is_idempotent(sandbox: dict[str, str]) -> None:
@@ -99,6 +111,7 @@ def test_missing_instance_store_fails_the_node_loudly(sandbox: dict[str, str]) -
     result = _run("on_create_gpu.sh", sandbox)
     assert result.returncode == 1
     assert "no instance store for L2" in result.stdout
+    assert "sleep 60" in (state / "calls").read_text()  # waits for the logs to upload, as AWS's scripts do
 
 
 def test_missing_ebs_volume_fails_before_moving_anything(sandbox: dict[str, str]) -> None:

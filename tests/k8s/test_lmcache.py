@@ -185,7 +185,8 @@ def _emitted_env(prod: Config) -> list[dict[str, Any]]:
                 variables += container["env"]
         for endpoint in lob.endpoints:
             for mode, l2 in VARIANTS:
-                for routing in ("prefixaware", "kvaware"):
+                # kvaware has no standalone router (rules/routing.py): standalone renders the other strategies.
+                for routing in ("prefixaware", "kvaware") if mode == "operator" else ("prefixaware", "session"):
                     ep = endpoint.model_copy(
                         update={"mode": mode, "routing": routing, "cache": CacheConfig(l2=l2), "autoscaling": None}
                     )
@@ -198,13 +199,13 @@ def _emitted_env(prod: Config) -> list[dict[str, Any]]:
                         variables += pod["containers"][0]["env"]
                         for obj in router_objects(prod.env, lob.name, ep):
                             if obj["kind"] == "Deployment":
-                                variables += obj["spec"]["template"]["spec"]["containers"][0]["env"]
+                                variables += obj["spec"]["template"]["spec"]["containers"][0].get("env", [])
     return variables
 
 
 def test_every_emitted_lmcache_variable_is_read_by_lmcache(prod: Config) -> None:
     names = {v["name"] for v in _emitted_env(prod) if v["name"].startswith("LMCACHE_")}
-    assert env_name("remote_url") in names and env_name("lmcache_instance_id") in names  # the sweep saw both modes
+    assert env_name("remote_url") in names  # the sweep saw the L2 settings (no kvaware instance id: no controller)
     defined = {env_name(key) for key in DEFINED}
     others = names - defined
     # Names outside the config table must be read literally by LMCache itself (config file path, usage telemetry).
@@ -217,7 +218,7 @@ def test_every_emitted_lmcache_variable_is_read_by_lmcache(prod: Config) -> None
 def test_standalone_config_map_matches_what_lmcache_reads(prod: Config, tmp_path: Path, lmcache_log: Records) -> None:
     for lob in prod.lobs:
         for endpoint in lob.endpoints:
-            config = endpoint_lmcache_config(lob.name, endpoint)
+            config = endpoint_lmcache_config(endpoint)
             if not config:
                 continue
             parsed = _parse_file(tmp_path, config)

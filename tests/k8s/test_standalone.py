@@ -1,8 +1,9 @@
-"""Standalone mode: vLLM + LMCache Deployment, Service, ConfigMap, S3 weights, and the production-stack router,
+"""Standalone mode: vLLM + LMCache Deployment, Service, ConfigMap, S3 weights, and the vLLM router,
 all valid Kubernetes 1.34 objects wired to each other."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from typing import Any
 
@@ -17,11 +18,11 @@ from kvtier.k8s.router import add_router, router_objects
 from kvtier.k8s.standalone import add_standalone_engine, engine_deployment, lmcache_config_map
 from kvtier.naming import MODEL_READER_SA
 from kvtier.rules import load_checked
-from kvtier.serving import SESSION_HEADER, l2_identity
-from kvtier.versions import ROUTER_IMAGE, STANDALONE_VLLM_IMAGE
+from kvtier.serving import l2_identity
+from kvtier.versions import ROUTER_IMAGE, ROUTER_POLICY, STANDALONE_VLLM_IMAGE
 from tests.validation import validate_k8s
 
-ROUTINGS = ["prefixaware", "kvaware", "session", "roundrobin"]
+ROUTINGS = ["prefixaware", "session", "roundrobin"]  # kvaware: refused in standalone mode (rules)
 
 
 @pytest.fixture(scope="module")
@@ -147,19 +148,22 @@ def test_router(prod: Config, routing: str) -> None:
     assert pod["nodeSelector"] == {"kvtier.io/role": "system"}
     (container,) = pod["containers"]
     assert container["image"] == ROUTER_IMAGE
+    assert container["command"] == ["vllm-router"]
     args = container["args"]
     value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
-    assert value["--routing-logic"] == routing
-    assert value["--service-discovery"] == "k8s" and value["--k8s-namespace"] == "kvtier-support"
-    # The router's selector picks exactly the engine pods.
+    assert value["--policy"] == ROUTER_POLICY[routing]
+    assert "--service-discovery" in args and value["--service-discovery-namespace"] == "kvtier-support"
+    # The router's selector (`--selector k=v k=v`) picks exactly the engine pods.
     engine = engine_deployment(prod.env, "support", endpoint)["spec"]["template"]["metadata"]["labels"]
-    wanted = dict(pair.split("=") for pair in value["--k8s-label-selector"].split(","))
-    assert wanted.items() <= engine.items()
-    assert value["--k8s-port"] == "8000"
-    if routing in ("session", "kvaware"):
-        assert value["--session-key"] == SESSION_HEADER
+    at = args.index("--selector") + 1
+    values = list(itertools.takewhile(lambda a: not a.startswith("--"), args[at:]))
+    wanted = dict(pair.split("=") for pair in values)
+    assert wanted and wanted.items() <= engine.items()
+    assert value["--service-discovery-port"] == "8000"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"http": int(value["--port"]), "metrics": int(value["--prometheus-port"])}
     role = _kind(objects, "Role")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list", "patch"]}]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "watch", "list"]}]
     binding = _kind(objects, "RoleBinding")
     assert (
         binding["subjects"][0]["name"]
@@ -171,23 +175,9 @@ def test_router(prod: Config, routing: str) -> None:
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
 
 
-def test_kvaware_wires_engines_to_the_routers_controller(prod: Config) -> None:
-    endpoint = _support(prod, routing="kvaware", tensor_parallel=4, instance_type="ml.g6e.12xlarge")
-    objects = _chart(prod, endpoint)
-    config = yaml.safe_load(_kind(objects, "ConfigMap")["data"]["lmcache.yaml"])
-    service = _kind(objects, "Service", router_service_name(endpoint.name))
-    host = f"{service['metadata']['name']}.kvtier-support.svc.cluster.local"
-    ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
-    assert config["enable_controller"] is True
-    assert config["controller_pull_url"] == f"{host}:{ports['lmc-pull']}"
-    assert config["controller_reply_url"] == f"{host}:{ports['lmc-reply']}"
-    assert config["lmcache_worker_ports"] == [8001, 8002, 8003, 8004]  # one per tensor-parallel rank
-    router_args = _kind(objects, "Deployment", "llama31-8b-router")["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert router_args[router_args.index("--lmcache-controller-port") + 1] == str(ports["lmc-pull"])
-    assert router_args[router_args.index("--lmcache-controller-reply-port") + 1] == str(ports["lmc-reply"])
-    engine = _kind(objects, "Deployment", "llama31-8b")["spec"]["template"]["spec"]["containers"][0]
-    instance = next(e for e in engine["env"] if e["name"] == "LMCACHE_LMCACHE_INSTANCE_ID")
-    assert instance["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+def test_kvaware_has_no_standalone_router(prod: Config) -> None:
+    with pytest.raises(ValueError, match="no standalone router policy"):
+        router_objects(prod.env, "support", _support(prod, routing="kvaware"))
 
 
 def test_endpoint_url_is_the_router_service() -> None:

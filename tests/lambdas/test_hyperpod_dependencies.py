@@ -108,6 +108,18 @@ def test_delete_uninstalls_only_what_it_installed(fake_helm: Path, monkeypatch: 
     assert "uninstall" not in fake_helm.read_text()
 
 
+def test_delete_of_a_foreign_id_reads_no_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 (open since the first review): the kubeconfig (DescribeCluster) was written before the foreign-id
+    check, so the delete after a failed create failed when the EKS cluster was already gone."""
+
+    def gone(*_args: Any, **_kwargs: Any) -> Path:
+        raise RuntimeError("DescribeCluster kvtier-dev: ResourceNotFoundException")
+
+    monkeypatch.setattr(index, "write_kubeconfig", gone)
+    result = index.on_event(_event("Delete", "AWSCDK::CustomResourceProviderFramework::CREATE_FAILED"), None)
+    assert result == {"PhysicalResourceId": "kube-system/hyperpod-dependencies"}
+
+
 def test_missing_chart_and_helm_failures_are_reported(fake_helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _serve(monkeypatch, _archive({f"{TOP}/README.md": b"x"}))
     with pytest.raises(RuntimeError, match="helm_chart/HyperPodHelmChart not found in aws/sagemaker-hyperpod-cli@"):

@@ -81,10 +81,9 @@ def _expect_update(stub: Stubber, config: dict[str, Any], recovery: str = "None"
 # ---- create --------------------------------------------------------------------------------------------------------
 
 
-def test_create_enables_and_passes_the_current_node_recovery_back(client: Any, stub: Stubber) -> None:
+def test_create_records_the_change_and_calls_no_update(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described(tiered=None, recovery="None"))
-    _expect_update(stub, {"Mode": "Enable", PERCENT: 20}, recovery="None")
-    result = index.on_event(_event("Create"), None, client)
+    result = index.on_event(_event("Create"), None, client)  # the Stubber fails on any UpdateCluster
     assert result["PhysicalResourceId"] == f"{index.PREFIX}/{ARN}/Disable"
     assert result["Data"]["Changed"] == "true"
     assert result["Data"]["Setting"] == "Enable-20"
@@ -99,9 +98,9 @@ def test_create_does_nothing_when_already_as_asked(client: Any, stub: Stubber) -
 
 def test_create_changes_a_different_percentage_and_records_it(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 35}, recovery="Automatic"))
-    _expect_update(stub, {"Mode": "Enable", PERCENT: 20}, recovery="Automatic")
     result = index.on_event(_event("Create"), None, client)
     assert result["PhysicalResourceId"].endswith("/Enable-35")
+    assert result["Data"]["Setting"] == "Enable-20"
 
 
 def test_rejection_fails_with_awss_message(client: Any, stub: Stubber) -> None:
@@ -109,11 +108,11 @@ def test_rejection_fails_with_awss_message(client: Any, stub: Stubber) -> None:
     stub.add_client_error(
         "update_cluster",
         service_error_code="ValidationException",
-        service_message="Cluster ml-cluster is in Updating state",
+        service_message="1 validation error detected: Value '200' at 'tieredStorageConfig' failed",
         http_status_code=400,
     )
-    with pytest.raises(RuntimeError, match=r"UpdateCluster .*ValidationException: Cluster ml-cluster is in Updating"):
-        index.on_event(_event("Create"), None, client)
+    with pytest.raises(RuntimeError, match=r"UpdateCluster .*ValidationException: 1 validation error"):
+        index.is_complete(_waiting(), None, client, now=lambda: 1030.0)
 
 
 def test_missing_cluster_fails_with_awss_message(client: Any, stub: Stubber) -> None:
@@ -147,14 +146,12 @@ def test_an_old_botocore_is_refused_plainly() -> None:
 def test_update_keeps_the_first_recorded_setting(client: Any, stub: Stubber) -> None:
     recorded = f"{index.PREFIX}/{ARN}/Disable"
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}))
-    _expect_update(stub, {"Mode": "Enable", PERCENT: 30})
     result = index.on_event(_event("Update", "30", recorded), None, client)
     assert result["PhysicalResourceId"] == recorded  # same id: CloudFormation sends no delete that would restore
 
 
 def test_update_after_an_unchanged_create_records_the_owners_setting(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}))
-    _expect_update(stub, {"Mode": "Enable", PERCENT: 30})
     result = index.on_event(_event("Update", "30", f"{index.PREFIX}/{ARN}/{index.UNCHANGED}"), None, client)
     assert result["PhysicalResourceId"] == f"{index.PREFIX}/{ARN}/Enable-20"
 
@@ -171,16 +168,20 @@ def test_update_already_as_asked_keeps_the_id(client: Any, stub: Stubber) -> Non
 
 def test_delete_restores_what_kvtier_replaced(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}, recovery="Automatic"))
-    _expect_update(stub, {"Mode": "Disable"}, recovery="Automatic")
     result = index.on_event(_event("Delete", physical_id=f"{index.PREFIX}/{ARN}/Disable"), None, client)
     assert result["Data"]["Changed"] == "true"
     assert result["Data"]["Setting"] == "Disable"
+    # is_complete makes the call, with the cluster's NodeRecovery passed back
+    _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}, recovery="Automatic"))
+    _expect_update(stub, {"Mode": "Disable"}, recovery="Automatic")
+    event = {**_event("Delete", physical_id=result["PhysicalResourceId"]), "Data": result["Data"]}
+    assert index.is_complete(event, None, client) == {"IsComplete": False}
 
 
 def test_delete_restores_a_previous_percentage(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}))
-    _expect_update(stub, {"Mode": "Enable", PERCENT: 35})
-    index.on_event(_event("Delete", physical_id=f"{index.PREFIX}/{ARN}/Enable-35"), None, client)
+    result = index.on_event(_event("Delete", physical_id=f"{index.PREFIX}/{ARN}/Enable-35"), None, client)
+    assert result["Data"]["Setting"] == "Enable-35"
 
 
 @pytest.mark.parametrize(
@@ -218,6 +219,9 @@ def _waiting(kind: str = "Create", setting: str = "Enable-20", requested: int = 
 
 def test_is_complete_polls_until_in_service_with_the_setting(client: Any, stub: Stubber) -> None:
     enabled = {"Mode": "Enable", PERCENT: 20}
+    _expect_describe(stub, _described("InService", {"Mode": "Disable"}))  # first poll: ask for the change
+    _expect_update(stub, enabled)
+    assert index.is_complete(_waiting(), None, client, now=lambda: 1000.0) == {"IsComplete": False}
     _expect_describe(stub, _described("InService", enabled))  # right after the request: not settled yet
     _expect_describe(stub, _described("Updating", enabled))
     _expect_describe(stub, _described("InService", enabled))
@@ -234,10 +238,10 @@ def test_is_complete_fails_on_a_failed_cluster_with_its_message(client: Any, stu
         index.is_complete(_waiting(), None, client, now=lambda: 5000.0)
 
 
-def test_is_complete_fails_when_the_setting_did_not_take(client: Any, stub: Stubber) -> None:
+def test_is_complete_fails_when_the_setting_did_not_take_within_the_deadline(client: Any, stub: Stubber) -> None:
     _expect_describe(stub, _described("InService", {"Mode": "Disable"}))
-    with pytest.raises(RuntimeError, match="did not take effect"):
-        index.is_complete(_waiting(), None, client, now=lambda: 5000.0)
+    with pytest.raises(RuntimeError, match=r"still InService with Tiered Storage Disable, not Enable-20"):
+        index.is_complete(_waiting(), None, client, now=lambda: 1000.0 + index.DEADLINE_S)
 
 
 @pytest.mark.usefixtures("stub")
@@ -279,3 +283,37 @@ def test_percentage_is_matched_only_when_enabled() -> None:
     assert index.matches({"Mode": "Disable", PERCENT: 20}, {"Mode": "Disable"})
     assert not index.matches({"Mode": "Enable", PERCENT: 30}, {"Mode": "Enable", PERCENT: 20})
     assert index.matches({"Mode": "Enable", PERCENT: 30}, {"Mode": "Enable"})
+
+
+# ---- issue 26: a rollback while HyperPod is still busy (reviews-2026-12-b AWS finding 2, replayed) -----------------
+
+
+def test_rollback_update_waits_until_in_service_then_restores(client: Any, stub: Stubber) -> None:
+    """The forward update (20 -> 30) gave up while HyperPod was still Updating; CloudFormation's rollback sends an
+    Update back to 20. Before the fix on_event called UpdateCluster at once, HyperPod answered "Cluster is in
+    Updating state" and the stack ended in UPDATE_ROLLBACK_FAILED. Now on_event calls nothing; is_complete waits while Updating and SystemUpdating,
+    treats a "cluster is busy" refusal as wait, then calls UpdateCluster and is done at 20."""
+    recorded = f"{index.PREFIX}/{ARN}/Disable"
+    at_30, at_20 = {"Mode": "Enable", PERCENT: 30}, {"Mode": "Enable", PERCENT: 20}
+    _expect_describe(stub, _described("Updating", at_30, recovery="Automatic"))
+    result = index.on_event(_event("Update", "20", recorded), None, client)  # any UpdateCluster here fails the stub
+    event = {**_event("Update", "20", recorded), "Data": {**result["Data"], "RequestedAt": "1000"}}
+    _expect_describe(stub, _described("Updating", at_30, recovery="Automatic"))
+    assert index.is_complete(event, None, client, now=lambda: 1030.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("SystemUpdating", at_30, recovery="Automatic"))
+    assert index.is_complete(event, None, client, now=lambda: 1060.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", at_30, recovery="Automatic"))
+    stub.add_client_error(
+        "update_cluster",
+        service_error_code="ValidationException",
+        service_message="Cluster ml-cluster is in SystemUpdating state",
+        http_status_code=400,
+    )
+    assert index.is_complete(event, None, client, now=lambda: 1090.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", at_30, recovery="Automatic"))
+    _expect_update(stub, at_20, recovery="Automatic")
+    assert index.is_complete(event, None, client, now=lambda: 1120.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("Updating", at_20, recovery="Automatic"))
+    assert index.is_complete(event, None, client, now=lambda: 1150.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", at_20, recovery="Automatic"))
+    assert index.is_complete(event, None, client, now=lambda: 1180.0) == {"IsComplete": True}

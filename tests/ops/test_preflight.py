@@ -15,6 +15,7 @@ from botocore.stub import Stubber
 from kvtier.cli import main as cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
+from kvtier.naming import inference_role_names
 from kvtier.ops import preflight
 from kvtier.ops.preflight import (
     BOOTSTRAP_STACK,
@@ -35,6 +36,8 @@ SERVICES = {
     "ec2": "ec2",
     "eks": "eks",
     "sagemaker": "sagemaker",
+    "iam": "iam",
+    "s3": "s3",
 }
 ACCOUNT = "111122223333"
 PROD_ZONES = [("us-east-1a", "use1-az4"), ("us-east-1b", "use1-az6"), ("us-east-1c", "use1-az1")]
@@ -165,11 +168,109 @@ def _addons(s: Stubs, config: Config, *, offered: dict[str, list[str]] | None = 
         )
 
 
+def _offerings(s: Stubs, config: Config, zone_ids: list[str], missing: dict[str, list[str]] | None = None) -> None:
+    """DescribeInstanceTypeOfferings by AZ ID for the config's instance types; `missing`: type -> zones without it."""
+    types = sorted({g.instance_type.removeprefix("ml.") for g in config.env.hyperpod.instance_groups})
+    offerings = [
+        {"InstanceType": t, "LocationType": "availability-zone-id", "Location": z}
+        for t in types
+        for z in zone_ids
+        if z not in (missing or {}).get(t, [])
+    ]
+    s["ec2"].add_response(
+        "describe_instance_type_offerings",
+        {"InstanceTypeOfferings": offerings},
+        {"LocationType": "availability-zone-id", "Filters": [{"Name": "instance-type", "Values": types}]},
+    )
+
+
+def _not_found(s: Stubs, client: str, operation: str, code: str, params: dict[str, Any], status: int = 404) -> None:
+    s[client].add_client_error(
+        operation, service_error_code=code, service_message="not found", http_status_code=status, expected_params=params
+    )
+
+
+def _leftovers(s: Stubs, config: Config, account: str = ACCOUNT, **found: Any) -> None:
+    """The leftover reads of a first deploy; `found` overrides: stack=True (deployed), hyperpod=[(name, status)],
+    eks=status, roles=[names], bucket="exists"|"foreign"."""
+    env = config.env
+    cluster_stack = f"kvtier-{env.name}-cluster"
+    if found.get("stack"):
+        s["cloudformation"].add_response(
+            "describe_stacks",
+            {
+                "Stacks": [
+                    {
+                        "StackName": cluster_stack,
+                        "CreationTime": "2026-01-01T00:00:00Z",
+                        "StackStatus": "UPDATE_COMPLETE",
+                    }
+                ]
+            },
+            {"StackName": cluster_stack},
+        )
+        return
+    s["cloudformation"].add_client_error(
+        "describe_stacks",
+        service_error_code="ValidationError",
+        service_message=f"Stack with id {cluster_stack} does not exist",
+        expected_params={"StackName": cluster_stack},
+    )
+    _caller(s, account)
+    name = env.hyperpod_cluster_name
+    summaries = [
+        {
+            "ClusterArn": f"arn:aws:sagemaker:{env.region}:{account}:cluster/abc",
+            "ClusterName": n,
+            "ClusterStatus": st,
+            "CreationTime": "2026-01-01T00:00:00Z",
+        }
+        for n, st in found.get("hyperpod", [])
+    ]
+    s["sagemaker"].add_response("list_clusters", {"ClusterSummaries": summaries}, {"NameContains": name})
+    if "eks" in found:
+        s["eks"].add_response(
+            "describe_cluster",
+            {"cluster": {"name": env.eks_cluster_name, "status": found["eks"]}},
+            {"name": env.eks_cluster_name},
+        )
+    else:
+        _not_found(s, "eks", "describe_cluster", "ResourceNotFoundException", {"name": env.eks_cluster_name})
+    for role in sorted(inference_role_names(env.name, env.region).values()):
+        if role in found.get("roles", []):
+            s["iam"].add_response(
+                "get_role",
+                {
+                    "Role": {
+                        "Path": "/",
+                        "RoleName": role,
+                        "RoleId": "AROAEXAMPLEEXAMPLE1",
+                        "CreateDate": "2026-01-01T00:00:00Z",
+                        "Arn": f"arn:aws:iam::{account}:role/{role}",
+                    }
+                },
+                {"RoleName": role},
+            )
+        else:
+            _not_found(s, "iam", "get_role", "NoSuchEntity", {"RoleName": role})
+    bucket = f"sagemaker-kvtier-{env.name}-{account}-{env.region}"
+    params = {"Bucket": bucket, "ExpectedBucketOwner": account}
+    if found.get("bucket") == "exists":
+        s["s3"].add_response("head_bucket", {}, params)
+    elif found.get("bucket") == "foreign":
+        _not_found(s, "s3", "head_bucket", "403", params, status=403)
+    else:
+        _not_found(s, "s3", "head_bucket", "404", params)
+
+
 def _ready_prod(s: Stubs, prod: Config, **overrides: Any) -> None:
     _bootstrap(s, **overrides.get("bootstrap", {}))
     _caller(s, overrides.get("account", ACCOUNT))
     _quotas(s, overrides.get("quotas", _prod_quotas()))
-    _zones(s, overrides.get("zones", PROD_ZONES))
+    zones = overrides.get("zones", PROD_ZONES)
+    _zones(s, zones)
+    _offerings(s, prod, [i for _, i in zones], overrides.get("missing"))
+    _leftovers(s, prod, overrides.get("account", ACCOUNT), **overrides.get("leftovers", {}))
     _addons(s, prod, offered=overrides.get("offered"))
 
 
@@ -185,7 +286,7 @@ def test_a_ready_account_passes_every_check(east: Stubs, prod: Config) -> None:
     report = collect(prod.env, east.clients)
     assert report.ready, _bad(report)
     areas = {c.area for c in report.checks}
-    assert areas == {"bootstrap", "account", "quota", "zone", "add-on"}
+    assert areas == {"bootstrap", "account", "quota", "zone", "instance type", "leftovers", "add-on"}
     assert {c.name for c in report.checks if c.area == "add-on"} == {s.name for s in addons_to_check(prod.env)}
     zone = next(c for c in report.checks if c.area == "zone")
     assert zone.value == "us-east-1a = use1-az4, available"  # the AZ ID a zone name maps to in this account
@@ -228,6 +329,8 @@ def test_a_quota_never_applied_falls_back_to_aws_default(east: Stubs, prod: Conf
     _caller(east)
     _quotas(east, applied, defaults=[_quota("ml.g6e.4xlarge for cluster usage", 0.0, "L-A15DF696")])
     _zones(east, PROD_ZONES)
+    _offerings(east, prod, [i for _, i in PROD_ZONES])
+    _leftovers(east, prod)
     _addons(east, prod)
     (bad,) = [c for c in collect(prod.env, east.clients).checks if c.verdict != "ok"]
     assert bad.name == "ml.g6e.4xlarge for cluster usage" and "L-A15DF696" in bad.value
@@ -271,6 +374,8 @@ def test_zone_ids_resolve_to_the_accounts_names(west: Stubs, config_copy: Any) -
         ],
     )
     _zones(west, [("us-west-2a", "usw2-az2"), ("us-west-2b", "usw2-az1"), ("us-west-2c", "usw2-az3")])
+    _offerings(west, dev, ["usw2-az1"])  # usw2-az9 does not resolve: the zone check reports it, not this one
+    _leftovers(west, dev)
     _addons(west, dev)
     report = collect(dev.env, west.clients)
     zones = {c.name: (c.value, c.verdict) for c in report.checks if c.area == "zone"}
@@ -300,16 +405,93 @@ def test_an_api_error_makes_one_check_unknown(east: Stubs, prod: Config) -> None
         "list_aws_default_service_quotas", service_error_code="AccessDeniedException", service_message="no"
     )
     _zones(east, PROD_ZONES)
+    _offerings(east, prod, [i for _, i in PROD_ZONES])
+    _leftovers(east, prod)
     _addons(east, prod)
     report = collect(prod.env, east.clients)
     assert _bad(report) == [("quota", "SageMaker quotas", "unknown")]
     assert report.exit_code == 1
 
 
+# ---- issue 26: instance types per zone and leftovers of an earlier attempt -------------------------------------------
+
+
+def test_an_instance_type_not_offered_in_a_configured_zone(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, missing={"g6e.4xlarge": ["use1-az1"]})
+    report = collect(prod.env, east.clients)
+    (bad,) = [c for c in report.checks if c.verdict != "ok"]
+    assert (bad.area, bad.name, bad.verdict) == ("instance type", "ml.g6e.4xlarge", "problem")
+    assert "EC2 does not offer g6e.4xlarge in use1-az1" in bad.detail and "availability_zones" in bad.detail
+    assert report.exit_code == 1
+
+
+def test_offerings_unreadable_is_unknown_not_ready(east: Stubs, prod: Config) -> None:
+    _bootstrap(east)
+    _caller(east)
+    _quotas(east, _prod_quotas())
+    _zones(east, PROD_ZONES)
+    east["ec2"].add_client_error(
+        "describe_instance_type_offerings", service_error_code="UnauthorizedOperation", service_message="no"
+    )
+    _leftovers(east, prod)
+    _addons(east, prod)
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("instance type", "EC2 offerings", "unknown")]
+    assert report.exit_code == 1
+
+
+@pytest.mark.parametrize(
+    ("found", "bad"),
+    [
+        ({"hyperpod": [("kvtier-prod", "Failed")]}, "HyperPod cluster kvtier-prod"),
+        ({"eks": "ACTIVE"}, "EKS cluster kvtier-prod"),
+        (
+            {"roles": ["SageMakerHyperPodInference-prod-us-east-1"]},
+            "IAM role SageMakerHyperPodInference-prod-us-east-1",
+        ),
+        ({"bucket": "exists"}, f"bucket sagemaker-kvtier-prod-{ACCOUNT}-us-east-1"),
+        ({"bucket": "foreign"}, f"bucket sagemaker-kvtier-prod-{ACCOUNT}-us-east-1"),
+    ],
+)
+def test_leftovers_of_an_earlier_failed_attempt(east: Stubs, prod: Config, found: dict[str, Any], bad: str) -> None:
+    _ready_prod(east, prod, leftovers=found)
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("leftovers", bad, "problem")]
+    assert report.exit_code == 1
+
+
+def test_a_deployed_environment_owns_its_names(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod, leftovers={"stack": True})  # no list/describe/get/head call is stubbed: none is made
+    report = collect(prod.env, east.clients)
+    assert report.ready, _bad(report)
+    assert [(c.area, c.value) for c in report.checks if c.area == "leftovers"] == [("leftovers", "exists")]
+
+
+def test_leftovers_unreadable_is_unknown(east: Stubs, prod: Config) -> None:
+    _bootstrap(east)
+    _caller(east)
+    _quotas(east, _prod_quotas())
+    _zones(east, PROD_ZONES)
+    _offerings(east, prod, [i for _, i in PROD_ZONES])
+    east["cloudformation"].add_client_error(
+        "describe_stacks", service_error_code="AccessDenied", service_message="no", http_status_code=403
+    )
+    _addons(east, prod)
+    assert _bad(collect(prod.env, east.clients)) == [("leftovers", "earlier attempts", "unknown")]
+
+
 # ---- an existing cluster -------------------------------------------------------------------------------------------
 
 
-def _byoc_ready(s: Stubs, byoc: Config, status: str = "InService", eks: str = "ml-cluster-eks") -> None:
+def _byoc_ready(
+    s: Stubs,
+    byoc: Config,
+    status: str = "InService",
+    eks: str = "ml-cluster-eks",
+    recovery: str | None = "Automatic",
+    issuer: str = "",
+    provider: str | None = "",
+) -> None:
     _bootstrap(s)
     _caller(s)
     _zones(s, [("us-west-2a", "usw2-az2"), ("us-west-2b", "usw2-az1")])
@@ -324,9 +506,26 @@ def _byoc_ready(s: Stubs, byoc: Config, status: str = "InService", eks: str = "m
             "ClusterStatus": status,
             "InstanceGroups": [],
             "Orchestrator": {"Eks": {"ClusterArn": f"arn:aws:eks:us-west-2:{ACCOUNT}:cluster/{eks}"}},
+            **({"NodeRecovery": recovery} if recovery is not None else {}),
         },
         {"ClusterName": existing.hyperpod_cluster_arn},
     )
+    own_issuer = "oidc.eks.us-west-2.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF"  # byoc.yaml's provider
+    s["eks"].add_response(
+        "describe_cluster",
+        {
+            "cluster": {
+                "name": existing.eks_cluster_name,
+                "identity": {"oidc": {"issuer": f"https://{issuer or own_issuer}"}},
+            }
+        },
+        {"name": existing.eks_cluster_name},
+    )
+    arn = {"OpenIDConnectProviderArn": existing.oidc_provider_arn}
+    if provider is None:
+        _not_found(s, "iam", "get_open_id_connect_provider", "NoSuchEntity", arn)
+    else:
+        s["iam"].add_response("get_open_id_connect_provider", {"Url": provider or own_issuer}, arn)
 
 
 def test_existing_cluster_in_service_with_its_eks(west: Stubs, byoc: Config) -> None:
@@ -344,6 +543,52 @@ def test_existing_cluster_busy_or_orchestrated_elsewhere(
 ) -> None:
     _byoc_ready(west, byoc, status, eks)
     assert _bad(collect(byoc.env, west.clients)) == [("cluster", bad, "problem")]
+
+
+def test_existing_cluster_without_node_recovery(west: Stubs, byoc: Config) -> None:
+    _byoc_ready(west, byoc, recovery=None)
+    report = collect(byoc.env, west.clients)
+    assert _bad(report) == [("cluster", "NodeRecovery", "problem")]
+    assert "--node-recovery Automatic" in next(c for c in report.checks if c.verdict != "ok").detail
+
+
+@pytest.mark.parametrize(
+    ("issuer", "provider", "value"),
+    [
+        ("oidc.eks.us-west-2.amazonaws.com/id/FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF", "", "oidc.eks"),  # another cluster's
+        ("", None, "absent"),
+    ],
+)
+def test_existing_cluster_oidc_provider_missing_or_not_the_clusters(
+    west: Stubs, byoc: Config, issuer: str, provider: str | None, value: str
+) -> None:
+    _byoc_ready(west, byoc, issuer=issuer, provider=provider)
+    report = collect(byoc.env, west.clients)
+    (bad,) = [c for c in report.checks if c.verdict != "ok"]
+    assert (bad.area, bad.verdict) == ("oidc", "problem") and bad.value.startswith(value)
+
+
+def test_existing_cluster_oidc_unreadable_is_unknown(west: Stubs, byoc: Config) -> None:
+    _bootstrap(west)
+    _caller(west)
+    _zones(west, [("us-west-2a", "usw2-az2"), ("us-west-2b", "usw2-az1")])
+    _addons(west, byoc)
+    existing = byoc.env.hyperpod.existing
+    assert existing is not None
+    west["sagemaker"].add_response(
+        "describe_cluster",
+        {
+            "ClusterArn": existing.hyperpod_cluster_arn,
+            "ClusterName": "ml-cluster",
+            "ClusterStatus": "InService",
+            "InstanceGroups": [],
+            "NodeRecovery": "Automatic",
+            "Orchestrator": {"Eks": {"ClusterArn": f"arn:aws:eks:us-west-2:{ACCOUNT}:cluster/ml-cluster-eks"}},
+        },
+        {"ClusterName": existing.hyperpod_cluster_arn},
+    )
+    west["eks"].add_client_error("describe_cluster", service_error_code="AccessDeniedException", service_message="no")
+    assert _bad(collect(byoc.env, west.clients)) == [("oidc", existing.oidc_provider_arn, "unknown")]
 
 
 # ---- the CLI -------------------------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from kvtier.cli import main as cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.ops import status
-from kvtier.ops.status import ExpectedAddon, addon_check, collect, expected_addons
+from kvtier.ops.status import ExpectedAddon, addon_check, collect, expected_addons, hyperpod_checks
 from kvtier.rules import load_checked
 from tests.support import CONFIG_DIR
 
@@ -311,3 +311,89 @@ def test_a_new_cluster_is_read_by_name_and_compared_with_its_config(clients: tup
 def test_addon_check_without_access_is_unknown() -> None:
     check = addon_check(ExpectedAddon("cert-manager", "v1", True), None, "AccessDeniedException: no")
     assert check.verdict == "unknown" and "AccessDenied" in check.detail
+
+
+def test_a_group_still_provisioning_is_shown_as_such() -> None:
+    """Issue 26: with continuous provisioning a group stays InService while HyperPod retries missing nodes; status
+    says so (and where the events are) instead of calling the nodes missing."""
+    dev = load_checked(CONFIG_DIR, "dev")
+    groups = [
+        {
+            "InstanceGroupName": "system",
+            "InstanceType": "ml.m5.2xlarge",
+            "CurrentCount": 2,
+            "TargetCount": 2,
+            "Status": "InService",
+        },
+        {
+            "InstanceGroupName": "gpu",
+            "InstanceType": "ml.g6e.4xlarge",
+            "CurrentCount": 1,
+            "TargetCount": 3,
+            "Status": "InService",
+        },
+    ]
+    checks = {c.name: c for c in hyperpod_checks(dev.env, _cluster(ClusterName="kvtier-dev", InstanceGroups=groups))}
+    gpu = checks["gpu"]
+    assert gpu.verdict == "degraded" and gpu.value == "1/3 nodes, ml.g6e.4xlarge, InService"
+    assert "2 of 3 nodes still provisioning" in gpu.detail
+    assert "aws sagemaker list-cluster-events --cluster-name kvtier-dev" in gpu.detail
+    assert checks["system"].verdict == "ok"
+
+
+def test_a_failed_group_is_missing_nodes_not_provisioning() -> None:
+    dev = load_checked(CONFIG_DIR, "dev")
+    groups = [
+        {
+            "InstanceGroupName": "gpu",
+            "InstanceType": "ml.g6e.4xlarge",
+            "CurrentCount": 0,
+            "TargetCount": 3,
+            "Status": "Failed",
+        }
+    ]
+    gpu = next(c for c in hyperpod_checks(dev.env, _cluster(InstanceGroups=groups)) if c.name == "gpu")
+    assert "group is Failed" in gpu.detail and "3 of 3 nodes missing" in gpu.detail
+
+
+def test_status_reports_protection_off_on_an_established_environment() -> None:
+    """Issue 26: a deploy without `established` silently turned termination protection off; status says so."""
+    from kvtier.ops.status import _protection
+
+    dev = load_checked(CONFIG_DIR, "dev")
+    cloudformation = boto3.client(
+        "cloudformation", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
+
+    def stack(name: str, status: str, protected: bool) -> dict[str, Any]:
+        entry = {"StackName": name, "CreationTime": "2026-01-01T00:00:00Z", "StackStatus": status}
+        return {"Stacks": [{**entry, "EnableTerminationProtection": protected}]}
+
+    with Stubber(cloudformation) as stub:
+        stub.add_response(
+            "describe_stacks", stack("kvtier-dev-network", "UPDATE_COMPLETE", True), {"StackName": "kvtier-dev-network"}
+        )
+        stub.add_response(
+            "describe_stacks",
+            stack("kvtier-dev-cluster", "UPDATE_COMPLETE", False),
+            {"StackName": "kvtier-dev-cluster"},
+        )
+        checks = _protection(dev.env, cloudformation)
+        stub.add_response(
+            "describe_stacks",
+            stack("kvtier-dev-network", "CREATE_COMPLETE", False),
+            {"StackName": "kvtier-dev-network"},
+        )
+        stub.add_client_error(
+            "describe_stacks",
+            service_error_code="ValidationError",
+            service_message="Stack with id kvtier-dev-cluster does not exist",
+            expected_params={"StackName": "kvtier-dev-cluster"},
+        )
+        first = _protection(dev.env, cloudformation)
+    assert [(c.name, c.verdict) for c in checks] == [
+        ("kvtier-dev-network", "ok"),
+        ("kvtier-dev-cluster", "degraded"),
+    ]
+    assert "established" in checks[1].detail
+    assert [(c.value, c.verdict) for c in first] == [("off, CREATE_COMPLETE", "ok"), ("absent", "ok")]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,10 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
 def test_plan_json_costs(env: str, capsys: pytest.CaptureFixture[str]) -> None:
     plan = _plan(env, capsys)
     groups = _yaml(f"environments/{env}.yaml")["hyperpod"]["instance_groups"]
-    total = sum(g["count"] * _price(g["instance_type"]) for g in groups)
     environment = plan["environment"]
+    fixed = sum(f["count"] * f["price_per_unit_hour"] for f in environment["fixed"])  # issue 26: EKS, endpoints, NAT
+    assert fixed > 0
+    total = sum(g["count"] * _price(g["instance_type"]) for g in groups) + fixed
     assert environment["total_price"]["per_hour"] == pytest.approx(total, abs=1e-3)
     assert environment["total_price"]["per_month"] == pytest.approx(total * 730, abs=0.01)
     l40s = sum(g["count"] * INSTANCE_TYPES[g["instance_type"]].gpus for g in groups if g["role"] == "gpu")
@@ -103,8 +106,8 @@ def test_plan_json_costs(env: str, capsys: pytest.CaptureFixture[str]) -> None:
             sum(e.get("replicas", 1) * e.get("tensor_parallel", 1) * per_gpu[e["instance_type"]] for e in endpoints),
             abs=1e-3,
         )
-        p5 = gpus * 362.05 / 989.4 * _price("ml.p5.48xlarge") / 8
-        assert lob["p5"]["price"]["per_hour"] == pytest.approx(p5, abs=1e-3)
+        whole = math.ceil(gpus * 362.05 / 989.4 / 8 - 1e-9)  # whole ml.p5.48xlarge instances (issue 29)
+        assert lob["p5"]["price"]["per_hour"] == pytest.approx(whole * _price("ml.p5.48xlarge"), abs=1e-3)
     assert set(plan["assumptions"]) == set(PLANNING_FACTS)
     assert all(fact["source"] and fact["as_of"] for fact in plan["assumptions"].values())
     assert {"l0", "l1", "l2", "l1_load", "l2_load", "recompute", "break_even", "lob_share", "p5"} <= set(plan["rules"])
@@ -126,8 +129,16 @@ def test_plan_table(env: str, wide: bool, capsys: pytest.CaptureFixture[str]) ->
         assert f"{lob}/{endpoint}" in out
         assert model_id in out
         assert f"{MODELS[model_id].kv_bytes_per_token:,} B" in out
-    for title in ("Endpoint", "Lines of business", f"Environment {env}", "GPU capacity on P5", "by the GPU-hour"):
+    for title in (
+        "Endpoint",
+        "Lines of business",
+        f"Environment {env}",
+        "GPU capacity on P5",
+        "KV cache one replica reaches",
+        "Not priced:",
+    ):
         assert title in out
+    assert "by the GPU-hour" not in out  # issue 29: a buyer rents whole P5 instances
     assert f"${2 * _price('ml.g6e.4xlarge') * 730:,.2f}" in out  # retail's two GPUs, a month
     assert "caveat: " in out and "ml.p5.48xlarge price_per_hour" in out
     if wide:
@@ -138,21 +149,25 @@ def test_plan_table(env: str, wide: bool, capsys: pytest.CaptureFixture[str]) ->
         assert "…" not in out  # nothing cut: long cells fold
 
 
-def test_plan_compares_p5_by_the_gpu_hour(capsys: pytest.CaptureFixture[str]) -> None:
-    """Whole P5 instances overstate a small environment's P5 bill: also show H100-equivalents x the P5 price per GPU,
-    and each LOB's own price per H100-equivalent hour next to P5's."""
+def test_plan_compares_p5_as_a_buyer_rents_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """A buyer cannot rent part of an ml.p5.48xlarge (issue 29): whole instances only, each LOB's own price per
+    H100-equivalent hour next to P5's per GPU, and the KV each replica reaches with the tiers vs on a P5 GPU."""
     plan = _plan("dev", capsys)
     p5 = plan["environment"]["p5"]
     per_gpu = _price("ml.p5.48xlarge") / 8
     assert p5["price_per_gpu_hour"] == pytest.approx(per_gpu)
-    assert p5["price_by_gpu_hour"]["per_hour"] == pytest.approx(p5["h100_gpus"] * per_gpu, abs=1e-4)
-    assert p5["price_by_gpu_hour"]["per_hour"] < p5["price"]["per_hour"]  # 0.73 H100s vs a whole 8-GPU instance
+    assert "price_by_gpu_hour" not in p5
+    assert p5["price"]["per_hour"] == pytest.approx(p5["instances"] * _price("ml.p5.48xlarge"))
     (retail,) = plan["lobs"]
     h100 = 2 * 362.05 / 989.4
     assert retail["p5"]["h100_gpus"] == pytest.approx(h100)
     assert retail["p5"]["price_per_h100_equivalent_hour"] == pytest.approx(
         2 * _price("ml.g6e.4xlarge") / h100, abs=1e-3
     )
+    [kv] = p5["kv"]
+    (endpoint,) = plan["endpoints"]
+    reach = endpoint["l0"]["tokens_per_replica"] + endpoint["l1"]["tokens_per_replica"] + endpoint["l2"]["tokens"]
+    assert kv["tokens"] == reach and 0 < kv["tokens_on_p5"] < reach
     assert any("ml.p5.48xlarge price_per_hour" in line for line in plan["caveats"])
 
 
@@ -174,7 +189,7 @@ def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixtu
     env_path.write_text(yaml.safe_dump(env))
     assert cli(["plan", "--config-dir", str(config_copy), "--json"]) == 0
     total = json.loads(capsys.readouterr().out)["environment"]["total_price"]
-    known = 3 * _price("ml.g6e.4xlarge")  # the dev GPU group
+    known = 3 * _price("ml.g6e.4xlarge") + 0.345  # the dev GPU group, and the fixed EKS, endpoints, NAT (issue 26)
     assert total["per_hour"] is None and total["unknown"] == ["ml.m5.8xlarge"]
     assert total["known_part_per_hour"] == pytest.approx(known)
     assert total["known_part_per_month"] == pytest.approx(known * 730)

@@ -33,17 +33,20 @@ def test_dev_costs_by_hand() -> None:
     assert cost.gpu_price.per_hour == pytest.approx(3 * g6e)
     assert cost.unallocated_price.per_hour == pytest.approx(g6e)
     assert cost.system_price.per_hour == pytest.approx(2 * m5)
-    assert cost.total.per_hour == pytest.approx(3 * g6e + 2 * m5)
-    assert cost.total.per_month == pytest.approx((3 * g6e + 2 * m5) * 730)
+    fixed = 0.10 + 10 * 2 * 0.01 + 0.045  # EKS, 10 interface endpoints x 2 zones, 1 NAT gateway (issue 26)
+    assert cost.fixed_price.per_hour == pytest.approx(fixed)
+    assert cost.total.per_hour == pytest.approx(3 * g6e + 2 * m5 + fixed)
+    assert cost.total.per_month == pytest.approx((3 * g6e + 2 * m5 + fixed) * 730)
     (retail,) = cost.lobs
     assert (retail.name, retail.gpus, retail.gpu_quota, retail.nodes) == ("retail", 2, 3, 2)
     assert retail.price.per_hour == pytest.approx(2 * g6e)
-    # P5: the same dense BF16 throughput, priced per H100 GPU-hour for a LOB and in whole instances for the env.
+    # P5: the same dense BF16 throughput, in whole instances (a buyer cannot rent a fraction of one; issue 29).
     assert retail.h100_gpus == pytest.approx(2 * H100_PER_L40S)
-    assert retail.p5_price.per_hour == pytest.approx(2 * H100_PER_L40S * (P5.price_per_hour or 0) / 8)
+    assert retail.p5_instances == 1
+    assert retail.p5_price.per_hour == pytest.approx(P5.price_per_hour or 0)
     assert cost.h100_gpus == pytest.approx(3 * H100_PER_L40S)  # every GPU of the environment, the free one too
     assert cost.p5_instances == math.ceil(3 * H100_PER_L40S / 8) == 1
-    assert cost.total_on_p5.per_hour == pytest.approx((P5.price_per_hour or 0) + 2 * m5)
+    assert cost.total_on_p5.per_hour == pytest.approx((P5.price_per_hour or 0) + 2 * m5 + fixed)
 
 
 def test_gpus_no_lob_holds_are_priced_apart(config_copy: Path) -> None:

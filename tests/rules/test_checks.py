@@ -66,6 +66,9 @@ def both(*edits: Edit) -> Edit:
     return run
 
 
+R1_14B = {"id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "source": "huggingface"}
+
+
 def l0_tokens(model_id: str, utilization: float = 0.9, tp: int = 1, block: int = 16) -> int:
     """Hand calculation: 44.4 GiB visible L40S x utilization - weights / TP - 2.5 GiB reserve, in whole blocks."""
     model = MODELS[model_id]
@@ -184,13 +187,14 @@ CASES = [
         "weights do not fit",
     ),
     Case(
+        # A 14B model on one L40S: its KV room (about 54,000 tokens) is below its 131,072-token context.
         "KV room below one max_model_len prompt",
         "dev",
-        retail(lambda d: endpoint(d).update(max_model_len=l0_tokens("Qwen/Qwen3-8B") + 16)),
-        retail(lambda d: endpoint(d).update(max_model_len=l0_tokens("Qwen/Qwen3-8B"))),
+        retail(lambda d: endpoint(d).update(model=R1_14B, max_model_len=l0_tokens(R1_14B["id"]) + 16)),
+        retail(lambda d: endpoint(d).update(model=R1_14B, max_model_len=l0_tokens(R1_14B["id"]))),
         "lobs/retail.yaml",
         "endpoints[0].max_model_len",
-        f"at most {l0_tokens('Qwen/Qwen3-8B'):,}",
+        f"at most {l0_tokens(R1_14B['id']):,}",
     ),
     Case(
         "tensor parallelism does not divide the attention heads",
@@ -204,8 +208,8 @@ CASES = [
     Case(
         "tensor parallelism neither splits nor replicates the KV heads",
         "dev",
-        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(32, 6, 4))),
-        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(32, 8, 4))),
+        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(24, 6, 4))),
+        both(dev_env(add_gpu_group("ml.g6e.12xlarge", 1)), retail(custom_model(24, 8, 4))),
         "lobs/retail.yaml",
         "endpoints[0].tensor_parallel",
         "6 KV heads",
@@ -330,15 +334,13 @@ CASES = [
         "multiple of the vLLM block size 16",
     ),
     Case(
-        "kvaware in standalone mode with the default image",
+        "kvaware in standalone mode (no policy in the standalone router)",
         "prod",
         support(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
+        support(lambda d: endpoint(d).update(routing="prefixaware", api="completions")),
         "lobs/support.yaml",
         "endpoints[0].routing",
-        "would not route by cache",
+        "no policy in the standalone router",
     ),
     Case(
         "kvaware on a chat endpoint (operator mode)",
@@ -346,17 +348,6 @@ CASES = [
         retail(lambda d: endpoint(d).update(routing="kvaware")),
         retail(lambda d: endpoint(d).update(routing="kvaware", api="completions")),
         "lobs/retail.yaml",
-        "endpoints[0].routing",
-        "`prompt` field only",
-    ),
-    Case(
-        "kvaware on a chat endpoint (standalone mode, any image)",
-        "prod",
-        support(lambda d: endpoint(d).update(routing="kvaware", image="lmcache/vllm-openai:v0.3.9post2")),
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
-        "lobs/support.yaml",
         "endpoints[0].routing",
         "`prompt` field only",
     ),
@@ -505,17 +496,6 @@ WARNINGS = [
         "lobs/support.yaml",
         "endpoints[1].model.id",
         "own L2 directory",
-    ),
-    WarningCase(
-        "kvaware in standalone mode with a custom image",
-        "prod",
-        support(
-            lambda d: endpoint(d).update(routing="kvaware", api="completions", image="lmcache/vllm-openai:v0.3.9post2")
-        ),
-        support(lambda d: endpoint(d).update(routing="prefixaware", image="lmcache/vllm-openai:v0.3.9post2")),
-        "lobs/support.yaml",
-        "endpoints[0].routing",
-        "pip show lmcache",
     ),
     WarningCase(
         "LOB description of a catalog model that differs from the catalog",

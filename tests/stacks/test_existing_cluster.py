@@ -18,7 +18,7 @@ from kvtier.config.loader import Config
 from kvtier.constructs.tiered_storage import RESOURCE_TYPE
 from kvtier.k8s.placement import node_selector
 from kvtier.rules import load_checked
-from tests.support import CONFIG_DIR, Synth, synthesize
+from tests.support import CONFIG_DIR, Synth
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdef123456"
 OIDC = "arn:aws:iam::111122223333:oidc-provider/oidc.eks.us-west-2.amazonaws.com/id/0123456789ABCDEF0123456789ABCDEF"
@@ -34,18 +34,6 @@ CREATED_ONLY_FOR_A_NEW_CLUSTER = {
     "AWS::KMS::Key",
     "AWS::SageMaker::Cluster",
 }
-
-
-@pytest.fixture(scope="session")
-def byoc(tmp_path_factory: pytest.TempPathFactory) -> Synth:
-    """Synthesized with cdk-nag: an unacknowledged finding fails here, listing the findings."""
-    outdir = tmp_path_factory.mktemp("cdk-byoc")
-    try:
-        return synthesize("byoc", outdir, nag=True)
-    except RuntimeError:
-        report = json.loads((outdir / "validation-report.json").read_text())
-        violations = [v["ruleName"] for p in report["pluginReports"] for v in p["violations"]]
-        pytest.fail(f"cdk-nag findings on byoc: {violations}")
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +88,21 @@ def test_tiered_storage_roles_are_least_privilege(byoc: Synth) -> None:
     sagemaker = [s for s in _statements(byoc, "cluster") if "sagemaker" in json.dumps(s["Action"])]
     by_sid = {s["Sid"]: s for s in sagemaker}
     assert set(by_sid) == {"TieredStorageOnThisCluster", "ReadThisCluster", "HyperPodNodeVolumes"}
+    # UpdateCluster only for is_complete, which calls it once the cluster is InService (issue 26)
+    functions = byoc.resources("cluster", "AWS::Lambda::Function")
+    [is_complete_role] = [
+        f["Properties"]["Role"]["Fn::GetAtt"][0]
+        for f in functions.values()
+        if f["Properties"].get("Handler") == "index.is_complete"
+    ]
+    granted = [
+        p
+        for p in byoc.resources("cluster", "AWS::IAM::Policy").values()
+        if "sagemaker:UpdateCluster" in json.dumps(p["Properties"]["PolicyDocument"])
+    ]
+    assert [p["Properties"]["Roles"] for p in granted] == [[{"Ref": is_complete_role}]]
+    orchestrator = [s for s in _statements(byoc, "cluster") if s.get("Sid") == "ReadTheOrchestrator"]
+    assert [s["Action"] for s in orchestrator] == ["eks:DescribeCluster"]
     assert sorted(by_sid["TieredStorageOnThisCluster"]["Action"]) == [
         "sagemaker:DescribeCluster",
         "sagemaker:UpdateCluster",
@@ -232,3 +235,10 @@ def test_cfn_lint_is_clean(byoc: Synth) -> None:
         )
     ]
     assert findings == []
+
+
+def test_addons_on_the_owners_cluster_preserve_what_is_there(byoc: Synth) -> None:
+    """Issue 26: OVERWRITE took over an owner's self-managed copy instead of failing as InstallSwitches documents."""
+    declared = [_props(a) for a in byoc.resources("cluster", "AWS::EKS::Addon").values()]
+    assert declared
+    assert {a["ResolveConflicts"] for a in declared} == {"PRESERVE"}

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import re
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from cfnlint.api import ManualArgs, lint_by_config
 
 from kvtier.rules import load_checked
-from tests.support import CONFIG_DIR, Synth
+from tests.support import CONFIG_DIR, Synth, synthesize
 
 # Each ignored cfn-lint check, and why.
 IGNORED_CHECKS = {
@@ -26,9 +29,38 @@ def _lint(synth: Synth, region: str) -> list[str]:
     return [f"{Path(m.filename).name}: {m.rule.id} {m.message}" for m in lint_by_config(config)]
 
 
-def test_cfn_lint_is_clean_on_every_template(dev: Synth, prod: Synth) -> None:
+def test_cfn_lint_is_clean_on_every_template(dev: Synth, prod: Synth, byoc: Synth) -> None:
     assert _lint(dev, "us-west-2") == []
     assert _lint(prod, "us-east-1") == []
+    assert _lint(byoc, "us-west-2") == []
+
+
+def fifty_lobs(config_dir: Path, out: Path) -> Path:
+    """prod with 50 LOBs, lob00-lob49 copied in turn from search, retail and support, on ml.g6e.16xlarge GPU nodes (at
+    50 LOBs the per-LOB janitors no longer fit an ml.g6e.4xlarge: reviews-2026-12-b, "50 LOBs")."""
+    shutil.copytree(config_dir, out)
+    sources = ("search", "retail", "support")
+    names = [f"lob{i:02d}" for i in range(50)]
+    for i, name in enumerate(names):
+        text = (config_dir / "lobs" / f"{sources[i % 3]}.yaml").read_text()
+        text = re.sub(r"^name: .*$", f"name: {name}", text, flags=re.MULTILINE)
+        (out / "lobs" / f"{name}.yaml").write_text(text.replace("ml.g6e.4xlarge", "ml.g6e.16xlarge"))
+    env_file = out / "environments" / "prod.yaml"
+    env = yaml.safe_load(env_file.read_text())
+    env["lobs"] = names
+    for group in env["hyperpod"]["instance_groups"]:
+        if group["role"] == "gpu":
+            group.update(instance_type="ml.g6e.16xlarge", count=150)
+    env_file.write_text(yaml.safe_dump(env))
+    return out
+
+
+def test_cfn_lint_is_clean_on_a_50_lob_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Issue 26: 53 templates; every LOB imports the cluster stack's exports (reviews-2026-12-b S3 12)."""
+    config_dir = fifty_lobs(CONFIG_DIR, tmp_path_factory.mktemp("config-50") / "config")
+    synth = synthesize("prod", tmp_path_factory.mktemp("cdk-50"), config_dir)
+    assert len(synth.templates) == 53
+    assert _lint(synth, "us-east-1") == []
 
 
 @pytest.fixture(scope="session")

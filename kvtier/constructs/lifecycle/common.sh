@@ -15,7 +15,8 @@ mkdir -p "$(dirname "$LOG_FILE")"
 
 log() { echo "$(date -u +%Y-%m-%dT%H:%M:%SZ) kvtier: $*" | tee -a "$LOG_FILE"; }
 
-die() { log "ERROR: $*"; exit 1; }
+# Like AWS's reference lifecycle scripts: wait before failing so the node's logs reach CloudWatch first.
+die() { log "ERROR: $*"; sleep "${KVTIER_DIE_WAIT_S:-60}"; exit 1; }
 
 wait_for_mount() {
   local path=$1 waited=0
@@ -46,11 +47,17 @@ relocate() {
 # Containerd images and kubelet volumes stay on EBS: the instance-store NVMe belongs to the Curvine pool.
 keep_runtime_off_nvme() {
   wait_for_mount "$EBS_ROOT" || die "$EBS_ROOT (the group's EBS volume) is not mounted; set ebs_gb for the group"
-  systemctl stop kubelet containerd || true
+  # Stop and restart only what was already running: starting kubelet before HyperPod's own bootstrap is not
+  # what AWS's reference scripts do (they leave start-up to HyperPod; docs/references.md "Issue 26").
+  local running=() unit
+  for unit in kubelet containerd; do
+    if systemctl is-active --quiet "$unit"; then running+=("$unit"); fi
+  done
+  if [ ${#running[@]} -gt 0 ]; then systemctl stop "${running[@]}" || true; fi
   relocate "$CONTAINERD_DIR" "$EBS_ROOT/containerd"
   relocate "$KUBELET_DIR" "$EBS_ROOT/kubelet"
   systemctl daemon-reload
-  systemctl start containerd kubelet || true
+  if [ ${#running[@]} -gt 0 ]; then systemctl start "${running[@]}" || true; fi
   if mountpoint -q "$NVME_ROOT"; then
     for dir in "$CONTAINERD_DIR" "$KUBELET_DIR"; do
       [ "$(device_of "$dir")" != "$(device_of "$NVME_ROOT")" ] || die "$dir is still on the instance store"

@@ -16,7 +16,12 @@ from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models.common import GraphDrawStyle
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
 
+from kvtier.k8s.observability import metrics as m
+
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
+# The drop-downs read a series every engine generation exports (vLLM 0.11.1, 0.19.0, 0.32.0), from engines only.
+VARIABLE_SERIES = f'{m.VLLM_REQUESTS_RUNNING}{{{m.COMPONENT}="{m.ENGINE_COMPONENT}"}}'
+ENDPOINT_VARIABLE_SERIES = f'{m.VLLM_REQUESTS_RUNNING}{{{m.COMPONENT}="{m.ENGINE_COMPONENT}", {m.LOB}="$lob"}}'
 OVERVIEW_UID = "kvtier-overview"
 ENDPOINT_UID = "kvtier-endpoint"
 
@@ -104,6 +109,7 @@ def overview_panels() -> list[PanelSpec]:
 
 def endpoint_panels() -> list[PanelSpec]:
     sel = 'lob="$lob", kvtier_endpoint="$endpoint"'
+    engines = f'{sel}, {m.COMPONENT}="{m.ENGINE_COMPONENT}"'  # raw LMCache series: the engines' own
     return [
         _tier_hits("Hit rate per tier", "lob_endpoint", sel, ""),
         PanelSpec(
@@ -122,7 +128,7 @@ def endpoint_panels() -> list[PanelSpec]:
             "s",
             tuple(
                 Query(
-                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_{op}_bucket{{{sel}}}[5m])))",
+                    f"histogram_quantile(0.9, sum by (le) (rate(lmcache:time_to_{op}_bucket{{{engines}}}[5m])))",
                     f"{op} p90",
                 )
                 for op in ("retrieve", "store")
@@ -133,13 +139,13 @@ def endpoint_panels() -> list[PanelSpec]:
             "Bps",
             (
                 Query(f"lob_endpoint:kvtier_l2_read_bytes:rate5m{{{sel}}}", "read"),
-                Query(f"sum(rate(lmcache:num_remote_write_bytes_total{{{sel}}}[5m]))", "write"),
+                Query(f"sum(rate(lmcache:num_remote_write_bytes_total{{{engines}}}[5m]))", "write"),
             ),
         ),
         PanelSpec(
             "L1 CPU cache used per pod",
             "bytes",
-            (Query(f"sum by (pod) (lmcache:local_cache_usage{{{sel}}})", "{{pod}}"),),
+            (Query(f"sum by (pod) (lmcache:local_cache_usage{{{engines}}})", "{{pod}}"),),
         ),
     ]
 
@@ -166,7 +172,7 @@ def _variables(board: dashboard.Dashboard, *, endpoint: bool) -> dashboard.Dashb
         dashboard.QueryVariable("lob")
         .label("Line of business")
         .datasource(DATASOURCE)
-        .query("label_values(lob_endpoint:kvtier_prompt_tokens:rate5m, lob)")
+        .query(f"label_values({VARIABLE_SERIES}, {m.LOB})")
         .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         .multi(not endpoint)
         .include_all(not endpoint)
@@ -176,7 +182,7 @@ def _variables(board: dashboard.Dashboard, *, endpoint: bool) -> dashboard.Dashb
             dashboard.QueryVariable("endpoint")
             .label("Endpoint")
             .datasource(DATASOURCE)
-            .query('label_values(lob_endpoint:kvtier_prompt_tokens:rate5m{lob="$lob"}, kvtier_endpoint)')
+            .query(f"label_values({ENDPOINT_VARIABLE_SERIES}, {m.ENDPOINT})")
             .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
         )
     return board

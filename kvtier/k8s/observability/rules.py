@@ -1,31 +1,45 @@
 """Recording rules and alerts, as Prometheus rule groups (the body of a PrometheusRule and of a promtool rule file).
 
-Per endpoint and LOB (labels `lob`, `kvtier_endpoint`, added by the scrape objects):
-- L0: vLLM's prompt tokens from the local prefix cache (`source="local_cache_hit"`);
-- L1 + L2 together: vLLM's `external_kv_transfer` tokens (LMCache as vLLM sees it);
+Per endpoint and LOB (labels `lob`, `kvtier_endpoint`, added by the scrape objects), from engine series only
+(`kvtier_component="engine"`: the router exports some `vllm:*` series too and carries the endpoint label):
+- prompt tokens, L0 and L1 + L2 together, per engine generation (docs/references.md "Signals per engine generation
+  (issue 23)"): vLLM 0.19 and 0.32 count them by source (`vllm:prompt_tokens_by_source_total`, at prefill); vLLM
+  0.11.1, the operator image's, has only `vllm:prompt_tokens_total`, `vllm:prefix_cache_hits_total` (L0) and
+  `vllm:external_prefix_cache_hits_total` (LMCache). Each record takes the by-source series where an endpoint has
+  them, `or` the 0.11 ones;
 - L2: LMCache's remote read bytes over the model's KV bytes per token (LMCache 0.4.3 counts no L2 hit tokens; with
   the naive serde a stored token weighs exactly its KV); L1 = external minus L2. Whether an L2 hit was written by
   another replica is not in any counter: `kvtier verify --probe` proves that path instead.
 Platform groups need no LOB file (they aggregate by label), so adding a LOB never touches the platform stack; each
 LOB stack carries its own constants (KV bytes per token) and the alerts that need its endpoint list.
+
+Severities: `critical` pages, for user-visible harm or a risk to data (L2 writes failing: a dead mount; Curvine
+below quorum; a pod that escaped the L2 rewiring); everything else is `warning`. Every alert has a `for:` longer than
+a routine restart, and no expression is true because a process just started (JanitorStale ignores a janitor that
+has not finished its first pass yet, SilentMiss needs repeated lookups).
 """
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from kvtier.catalog import resolve_model
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.curvine import names as curvine
-from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.observability import metrics as m
 from kvtier.serving import L2_CLAIM
 
 Rule = dict[str, Any]
 BY_ENDPOINT = f"{m.LOB}, {m.ENDPOINT}"
+ENGINES = f'{m.COMPONENT}="{m.ENGINE_COMPONENT}"'
 KV_BYTES_PER_TOKEN = "lob_endpoint:kvtier_kv_bytes_per_token:constant"
 RUNBOOK = "docs/observability.md#"  # one runbook paragraph per alert, anchored by its lowercased name
+SILENT_MISS_WINDOW = "30m"
+SILENT_MISS_MIN_LOOKUPS = 10  # LMCache lookups in the window before "every lookup missed" means anything
+LMCACHE_PUBLISH_S = 10  # LMCache publishes its counters every 10 s (docs/references.md, issue 13)
+FUSE_POD = "curvine-csi-standalone-.*"  # the CSI node plugin's FUSE pods (docs/references.md)
 
 
 def _record(name: str, expr: str, labels: dict[str, str] | None = None) -> Rule:
@@ -45,8 +59,26 @@ def _alert(name: str, expr: str, for_: str, severity: str, summary: str) -> Rule
     }
 
 
-def _rate_by_endpoint(metric: str, selector: str = "", window: str = "5m") -> str:
-    return f"sum by ({BY_ENDPOINT}) (rate({metric}{{{selector}}}[{window}]))"
+def with_for(groups: list[dict[str, Any]], for_: str) -> list[dict[str, Any]]:
+    """Test-only: the same groups with every alert's `for:` set to `for_`, so a run of minutes can see an alert fire
+    (tests/engine/signals.py). Shipped files never go through it: they keep the durations above."""
+    out = copy.deepcopy(groups)
+    for group in out:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                rule["for"] = for_
+    return out
+
+
+def _engine_sum(metric: str, selector: str = "", window: str = "5m", fn: str = "rate") -> str:
+    inner = ", ".join(s for s in (ENGINES, selector) if s)
+    return f"sum by ({BY_ENDPOINT}) ({fn}({metric}{{{inner}}}[{window}]))"
+
+
+def _by_generation(by_source: str | None, legacy: str) -> str:
+    """vLLM 0.19+ by-source series where the endpoint has them, else vLLM 0.11's counter (per endpoint)."""
+    newer = _engine_sum(m.VLLM_PROMPT_TOKENS_BY_SOURCE, by_source or "")
+    return f"{newer} or {_engine_sum(legacy)}"
 
 
 def tier_records() -> list[Rule]:
@@ -58,10 +90,10 @@ def tier_records() -> list[Rule]:
     l2 = "lob_endpoint:kvtier_l2_hit_tokens:rate5m"
     l1 = "lob_endpoint:kvtier_l1_hit_tokens:rate5m"
     records = [
-        _record(prompt, _rate_by_endpoint(m.VLLM_PROMPT_TOKENS_BY_SOURCE)),
-        _record(l0, _rate_by_endpoint(m.VLLM_PROMPT_TOKENS_BY_SOURCE, f'source="{m.SOURCE_L0}"')),
-        _record(external, _rate_by_endpoint(m.VLLM_PROMPT_TOKENS_BY_SOURCE, f'source="{m.SOURCE_EXTERNAL}"')),
-        _record(l2_bytes, _rate_by_endpoint(m.LMCACHE_REMOTE_READ_BYTES)),
+        _record(prompt, _by_generation(None, m.VLLM_PROMPT_TOKENS)),
+        _record(l0, _by_generation(f'source="{m.SOURCE_L0}"', m.VLLM_PREFIX_CACHE_HITS)),
+        _record(external, _by_generation(f'source="{m.SOURCE_EXTERNAL}"', m.VLLM_EXTERNAL_PREFIX_CACHE_HITS)),
+        _record(l2_bytes, _engine_sum(m.LMCACHE_REMOTE_READ_BYTES)),
         _record(l2, f"{l2_bytes} / on ({BY_ENDPOINT}) {KV_BYTES_PER_TOKEN}"),
         _record(l1, f"clamp_min({external} - on ({BY_ENDPOINT}) {l2}, 0)"),
     ]
@@ -93,7 +125,7 @@ def tier_records() -> list[Rule]:
         records.append(
             _record(
                 f"lob_endpoint:vllm_ttft_seconds:{label}_5m",
-                f"histogram_quantile({quantile}, sum by ({BY_ENDPOINT}, le) (rate({m.VLLM_TTFT_BUCKET}[5m])))",
+                f"histogram_quantile({quantile}, sum by ({BY_ENDPOINT}, le) (rate({m.VLLM_TTFT_BUCKET}{{{ENGINES}}}[5m])))",
             )
         )
     return records
@@ -128,17 +160,53 @@ def _gpu_nodes(env: Environment) -> int:
     return sum(g.count for g in env.groups("gpu"))
 
 
+def _quorum(masters: int) -> int:
+    return masters // 2 + 1
+
+
+def l2_writes_failing(scrape_interval_s: int) -> str:
+    """Per engine (`instance`): LMCache stored chunks and not one L2 write succeeded since. LMCache puts every stored
+    chunk to its remote backend and counts a remote write only when the put returned (a failed put is only logged:
+    its `put_failed_count` gauge is a callback that multiprocess metrics do not export, seen on the real engines).
+    The stores are looked at `lag` earlier, so a put that LMCache publishes one interval (10 s) later, seen one or two
+    scrapes later, is never taken for a failure."""
+    lag_s = LMCACHE_PUBLISH_S + 2 * scrape_interval_s
+    by = f"{BY_ENDPOINT}, instance"
+    stored = f"sum by ({by}) (increase({m.LMCACHE_STORED_TOKENS}{{{ENGINES}}}[5m] offset {lag_s}s))"
+    written = f"sum by ({by}) (increase({m.LMCACHE_REMOTE_WRITE_REQUESTS}{{{ENGINES}}}[{300 + lag_s}s]))"
+    return f"{stored} > 0 and on ({by}) {written} == 0"
+
+
 def platform_alerts(env: Environment) -> list[Rule]:
     obs = env.observability
     ns = f'namespace="{curvine.NAMESPACE}"'
     slo_s = obs.ttft_p90_slo_ms / 1000
-    return [
+    masters, quorum = env.curvine.masters, _quorum(env.curvine.masters)
+    ready = f'{m.KSM_STATEFULSET_READY}{{{ns}, statefulset="{curvine.MASTER}"}}'
+    last_pass = m.JANITOR_LAST_SUCCESS
+    alerts = [
+        _alert(
+            "KvtierL2WritesFailing",
+            l2_writes_failing(obs.scrape_interval_s),
+            "5m",
+            "critical",
+            "LMCache's writes to the L2 mount fail on an endpoint: the mount is dead or missing, L2 serves nothing",
+        ),
         _alert(
             "KvtierFusePodRestarted",
             f'increase({m.KSM_CONTAINER_RESTARTS}{{{ns}, container="curvine-fuse"}}[15m]) > 0',
-            "0m",
-            "critical",
-            "A Curvine FUSE pod restarted: every L2 mount on its node broke and must be re-established",
+            "5m",
+            "warning",
+            "A Curvine FUSE pod restarted: the L2 mounts on its node broke and the healer restarts the pods using them",
+        ),
+        _alert(
+            # The CSI recreates a FUSE pod after repeated restarts (new name, new uid): two FUSE pods on one node
+            # within 30 minutes. A restart counter cannot see it, the new pod's series starts at 0.
+            "KvtierFusePodRecreated",
+            f'count by (node) (max_over_time({m.KSM_POD_INFO}{{{ns}, pod=~"{FUSE_POD}"}}[30m])) > 1',
+            "5m",
+            "warning",
+            "A Curvine FUSE pod was recreated on a node: its L2 mounts broke and the healer restarts the pods using them",
         ),
         _alert(
             "KvtierGpuNodeWithoutCurvineWorker",
@@ -151,11 +219,23 @@ def platform_alerts(env: Environment) -> list[Rule]:
         ),
         _alert(
             "KvtierCurvineMasterNotReady",
-            f'{m.KSM_STATEFULSET_READY}{{{ns}, statefulset="{curvine.MASTER}"}} < {env.curvine.masters}',
+            f"{ready} < {quorum}",
             "5m",
             "critical",
-            f"Fewer than {env.curvine.masters} Curvine masters are ready",
+            f"Fewer than {quorum} of {masters} Curvine masters are ready: no Raft majority, L2 is down",
         ),
+    ]
+    if masters > quorum:
+        alerts.append(
+            _alert(
+                "KvtierCurvineMasterDegraded",
+                f"{ready} < {masters} and {ready} >= {quorum}",
+                "15m",
+                "warning",
+                f"Fewer than {masters} Curvine masters are ready; the majority keeps L2 up",
+            )
+        )
+    alerts += [
         _alert(
             "KvtierL2OverBudget",
             "lob:kvtier_l2_used_of_budget:ratio > 1",
@@ -164,9 +244,13 @@ def platform_alerts(env: Environment) -> list[Rule]:
             "A line of business uses more L2 than its budget_gb: the janitor is not keeping up or not running",
         ),
         _alert(
+            # The newest pass any janitor of the LOB reported within the hour: a restarted janitor shows 0 until its
+            # first pass ends, and its predecessor's series still counts. `offset 1h`: the LOB had a janitor an hour
+            # ago, so a first deploy is not stale before it had an hour.
             "KvtierJanitorStale",
-            f"time() - max by ({m.LOB}) ({m.JANITOR_LAST_SUCCESS}) > 3600",
-            "0m",
+            f"time() - max by ({m.LOB}) (max_over_time({last_pass}[1h])) > 3600"
+            f" and on ({m.LOB}) count by ({m.LOB}) ({last_pass} offset 1h)",
+            "5m",
             "warning",
             "The L2 janitor of a line of business has not finished a pass for over an hour",
         ),
@@ -178,13 +262,6 @@ def platform_alerts(env: Environment) -> list[Rule]:
             f"The Curvine pool is over {obs.pool_usage_alert_fraction:.0%} full",
         ),
         _alert(
-            "KvtierKyvernoPolicyNotReady",
-            f'max by (policy_name) ({m.KYVERNO_RULE_INFO}{{policy_name="{POLICY_NAME}", status_ready="false"}}) > 0',
-            "10m",
-            "critical",
-            "kvtier's Kyverno Policy is not ready: new operator pods start without their L2 rewiring",
-        ),
-        _alert(
             "KvtierTtftSloBreached",
             f"lob_endpoint:vllm_ttft_seconds:p90_5m > {slo_s:g}",
             "10m",
@@ -192,6 +269,7 @@ def platform_alerts(env: Environment) -> list[Rule]:
             f"An endpoint's TTFT p90 is above the {obs.ttft_p90_slo_ms} ms SLO",
         ),
     ]
+    return alerts
 
 
 def platform_groups(env: Environment) -> list[dict[str, Any]]:
@@ -204,13 +282,31 @@ def platform_groups(env: Environment) -> list[dict[str, Any]]:
 
 def long_prompts_flowing(env: Environment, lob: str, endpoints: str) -> str:
     """Requests per second with more than `long_prompt_tokens` prompt tokens (a bucket boundary of vLLM's 1-2-5
-    prompt-length histogram, formatted as prometheus_client writes `le`)."""
+    prompt-length histogram, formatted as prometheus_client writes `le`): shorter prompts may hold no full chunk, and
+    then every LMCache lookup misses by design."""
     le = f"{float(env.observability.long_prompt_tokens)}"
     hist = m.VLLM_REQUEST_PROMPT_TOKENS
-    sel = f'{m.LOB}="{lob}", {m.ENDPOINT}=~"{endpoints}"'
+    sel = f'{ENGINES}, {m.LOB}="{lob}", {m.ENDPOINT}=~"{endpoints}"'
     return (
         f"(sum by ({BY_ENDPOINT}) (rate({hist}_count{{{sel}}}[10m]))"
         f' - sum by ({BY_ENDPOINT}) (rate({hist}_bucket{{{sel}, le="{le}"}}[10m])))'
+    )
+
+
+def silent_miss(env: Environment, lob: str, endpoints: str) -> str:
+    """An L2 endpoint whose LMCache lookups keep missing (at least SILENT_MISS_MIN_LOOKUPS, not one hit, L1 included)
+    while it writes to L2: what replicas that cannot read each other's chunks look like (another hash seed, serde,
+    chunk size or directory). A hot prefix served from L0/L1, one replica, or prompts that stop coming are not it:
+    a hot prefix is a lookup hit, and no lookups is no alert. Only while prompts longer than `long_prompt_tokens` flow
+    (a shorter one may hold no full chunk). Failing writes are KvtierL2WritesFailing instead."""
+    sel = f'{m.LOB}="{lob}", {m.ENDPOINT}=~"{endpoints}"'
+    w = SILENT_MISS_WINDOW
+    return (
+        f"{_engine_sum(m.LMCACHE_LOOKUP_REQUESTS, sel, w, 'increase')} >= {SILENT_MISS_MIN_LOOKUPS}"
+        f" and on ({BY_ENDPOINT}) {_engine_sum(m.LMCACHE_LOOKUP_HITS, sel, w, 'increase')} == 0"
+        f" and on ({BY_ENDPOINT}) {_engine_sum(m.LMCACHE_REMOTE_WRITE_BYTES, sel, w, 'increase')} > 0"
+        f" and on ({BY_ENDPOINT}) ({long_prompts_flowing(env, lob, endpoints)} > 0)"
+        f" unless on ({BY_ENDPOINT}) ({l2_writes_failing(env.observability.scrape_interval_s)})"
     )
 
 
@@ -229,22 +325,18 @@ def lob_groups(env: Environment, lob: LineOfBusiness) -> list[dict[str, Any]]:
     with_curvine = sorted(e.name for e in lob.endpoints if e.cache.l2 == "curvine")
     alerts: list[Rule] = []
     if with_l2:
-        pattern = "|".join(with_l2)
-        flowing = long_prompts_flowing(env, lob.name, pattern)
-        hits = "lob_endpoint:kvtier_l2_hit_tokens:rate5m"
         alerts.append(
             _alert(
                 "KvtierL2SilentMiss",
-                f'({hits}{{{m.LOB}="{lob.name}", {m.ENDPOINT}=~"{pattern}"}} or on ({BY_ENDPOINT}) (0 * {flowing}))'
-                f" == 0 and on ({BY_ENDPOINT}) ({flowing} > 0)",
-                "30m",
-                "critical",
-                f"Long prompts reach an L2 endpoint of {lob.name} but nothing is read from L2 (seed, URL, mount?)",
+                silent_miss(env, lob.name, "|".join(with_l2)),
+                "15m",
+                "warning",
+                f"An L2 endpoint of {lob.name} writes to L2 but every lookup misses (seed, serde, chunk size, directory?)",
             )
         )
     if with_curvine:
         pattern = "|".join(with_curvine)
-        engines = f'{m.VLLM_REQUESTS_RUNNING}{{{m.LOB}="{lob.name}", {m.ENDPOINT}=~"{pattern}"}}'
+        engines = f'{m.VLLM_REQUESTS_RUNNING}{{{ENGINES}, {m.LOB}="{lob.name}", {m.ENDPOINT}=~"{pattern}"}}'
         mounted = f'{m.KSM_POD_PVC}{{namespace="kvtier-{lob.name}", persistentvolumeclaim="{L2_CLAIM}"}}'
         alerts.append(
             _alert(

@@ -3,7 +3,7 @@
 Per LOB namespace: engines (vLLM + LMCache on the engine port), standalone routers, the L2 janitor. In `curvine`:
 masters and workers (their web ports serve /metrics), and the FUSE pods through kvtier's headless Service (the node
 plugin builds those pods without ports). kube-state-metrics is scraped by kube-prometheus-stack itself.
-The LOB network policy admits scrapers on exactly the LOB ports below (LOB_SCRAPE_PORTS, kvtier.k8s.isolation).
+The LOB network policy admits scrapers on exactly the LOB ports below (lob_scrape_ports, kvtier.k8s.isolation).
 """
 
 from __future__ import annotations
@@ -13,16 +13,27 @@ from typing import Any
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.observability import ObservabilityConfig
 from kvtier.k8s.curvine import names as curvine
-from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_CONTAINER_PORT
+from kvtier.k8s.endpoint_names import COMPONENT_LABEL, ENGINE_PORT, ROUTER_METRICS_PORT
 from kvtier.k8s.observability import metrics as m
 from kvtier.naming import lob_namespace
 
 API_VERSION = "monitoring.coreos.com/v1"
 JANITOR_COMPONENT = "l2-janitor"  # pod label kvtier.io/component of the janitor pods
 JANITOR_METRICS_PORT = 9400
-ENGINE_POD_LABEL = "app"  # operator and standalone engine pods: app=<endpoint>
+# Operator engine pods carry only what the operator sets, `app=<endpoint>` (standalone ones add kvtier.io/component:
+# engine); the router and janitor pods of the LOB carry kvtier.io/component, so the engine monitor selects
+# `app In <endpoints>` minus those, and every LOB monitor stamps its series with `kvtier_component` (engine, router,
+# janitor): rules select engines by that label, never by "has the endpoint label" (the router has it too).
+ENGINE_POD_LABEL = "app"
+NOT_ENGINE_COMPONENTS = ("router", JANITOR_COMPONENT)
 # Ports the LOB monitors scrape: engines and routers (the same 8000), janitors.
-LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_CONTAINER_PORT, JANITOR_METRICS_PORT}))
+LOB_SCRAPE_PORTS = tuple(sorted({ENGINE_PORT, ROUTER_METRICS_PORT, JANITOR_METRICS_PORT}))
+
+
+def lob_scrape_ports(lob: LineOfBusiness) -> tuple[int, ...]:
+    """The ports scraped in one LOB: the router's only where a standalone endpoint runs one."""
+    routers = any(e.mode == "standalone" for e in lob.endpoints)
+    return tuple(p for p in LOB_SCRAPE_PORTS if routers or p != ROUTER_METRICS_PORT)
 
 
 def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
@@ -33,6 +44,10 @@ def _relabel(source: str, target: str, regex: str = "(.*)") -> dict[str, Any]:
         "replacement": "$1",
         "action": "replace",
     }
+
+
+def _component(value: str) -> dict[str, Any]:
+    return {"targetLabel": m.COMPONENT, "replacement": value, "action": "replace"}
 
 
 def _lob_labels(*, endpoint: bool) -> list[dict[str, Any]]:
@@ -82,9 +97,14 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
             "kvtier-engines",
             namespace,
             obs,
-            {"matchExpressions": [{"key": ENGINE_POD_LABEL, "operator": "In", "values": endpoints}]},
+            {
+                "matchExpressions": [
+                    {"key": ENGINE_POD_LABEL, "operator": "In", "values": endpoints},
+                    {"key": COMPONENT_LABEL, "operator": "NotIn", "values": list(NOT_ENGINE_COMPONENTS)},
+                ]
+            },
             port=ENGINE_PORT,
-            relabelings=_lob_labels(endpoint=True),
+            relabelings=[*_lob_labels(endpoint=True), _component(m.ENGINE_COMPONENT)],
         ),
         pod_monitor(
             "kvtier-janitor",
@@ -92,7 +112,7 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
             obs,
             {"matchLabels": {COMPONENT_LABEL: JANITOR_COMPONENT}},
             port=JANITOR_METRICS_PORT,
-            relabelings=[],  # the janitor labels its series with `lob` itself
+            relabelings=[_component(m.JANITOR_COMPONENT)],  # the janitor labels its series with `lob` itself
         ),
     ]
     if any(e.mode == "standalone" for e in lob.endpoints):
@@ -102,10 +122,11 @@ def lob_monitors(lob: LineOfBusiness, obs: ObservabilityConfig) -> list[dict[str
                 namespace,
                 obs,
                 {"matchLabels": {COMPONENT_LABEL: "router"}},
-                port=ROUTER_CONTAINER_PORT,
+                port=ROUTER_METRICS_PORT,  # vllm-router's Prometheus exporter, not its API port
                 relabelings=[
                     *_lob_labels(endpoint=False),
                     _relabel("__meta_kubernetes_pod_label_kvtier_io_endpoint", m.ENDPOINT),
+                    _component(m.ROUTER_COMPONENT),
                 ],
             )
         )
@@ -139,7 +160,7 @@ def curvine_monitors(obs: ObservabilityConfig) -> list[dict[str, Any]]:
                         "path": "/metrics",
                         "interval": f"{obs.scrape_interval_s}s",
                         "relabelings": [
-                            {"targetLabel": m.COMPONENT, "replacement": "fuse", "action": "replace"},
+                            _component("fuse"),
                             node,
                         ],
                     }

@@ -49,12 +49,14 @@ def on_event(event: dict[str, Any], context: Any) -> dict[str, Any]:
     props = event["ResourceProperties"]
     release, namespace = props["ReleaseName"], props["Namespace"]
     physical_id = f"{namespace}/{release}"
+    if event["RequestType"] == "Delete" and event.get("PhysicalResourceId") != physical_id:
+        # A failed create leaves a foreign id: nothing was installed, and the cluster may be gone (a rollback of
+        # the cluster stack), so nothing is read either, not even the kubeconfig.
+        return {"PhysicalResourceId": physical_id}
     with tempfile.TemporaryDirectory() as work:
         kubeconfig = write_kubeconfig(props["ClusterName"], props["Region"], Path(work))
         if event["RequestType"] == "Delete":
-            if event.get("PhysicalResourceId") == physical_id and release_exists(
-                release, namespace, kubeconfig, budget
-            ):
+            if release_exists(release, namespace, kubeconfig, budget):
                 helm(["uninstall", release, "--namespace", namespace], kubeconfig, budget)
             return {"PhysicalResourceId": physical_id}
         chart = fetch_chart(props["Repository"], props["Commit"], props["ChartPath"], Path(work), budget)

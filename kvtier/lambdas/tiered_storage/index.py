@@ -1,19 +1,25 @@
 """Custom-resource handler: HyperPod Tiered Storage on a cluster kvtier did not create.
 
 CloudFormation does not manage the owner's cluster, so the setting goes through the SageMaker API (reference
-aws-hyperpod.md 1-2). It runs under the CDK custom-resource Provider framework: `on_event` asks for the change and
-`is_complete` polls until the cluster is InService again, because an update can outlast one Lambda run.
+aws-hyperpod.md 1-2). It runs under the CDK custom-resource Provider framework: `on_event` records what is wanted and
+`is_complete` does it, poll by poll, because an update can outlast one Lambda run and the cluster may be busy.
 
-- Create/Update: DescribeCluster; when the setting is already as asked nothing is changed. Otherwise UpdateCluster
-  with `TieredStorageConfig` and the cluster's current `NodeRecovery` passed back unchanged (an update carrying only
-  `TieredStorageConfig` is rejected with a ValidationException; reference aws-hyperpod.md 2). No instance groups are
-  passed, so no role is passed and no iam:PassRole is needed.
+- on_event (Create/Update/Delete) never calls UpdateCluster. It reads the cluster and decides the target: the setting
+  asked for, or on Delete the one kvtier replaced. CloudFormation does not say whether an Update is a rollback, and
+  a rollback's Update often comes while HyperPod is still Updating from the forward one: calling UpdateCluster then
+  is refused and the stack ends in UPDATE_ROLLBACK_FAILED.
+- is_complete, on each poll: waits while the cluster is not InService (Creating, Updating, SystemUpdating); calls
+  UpdateCluster when it is InService without the target (a "cluster is busy" ValidationException means "wait");
+  is done when it is InService with the target. UpdateCluster carries `TieredStorageConfig` and the cluster's
+  current `NodeRecovery` passed back unchanged (an update with only `TieredStorageConfig` is rejected with a
+  ValidationException; reference aws-hyperpod.md 2). No instance groups are passed, so no iam:PassRole is needed.
 - The setting found before kvtier changed it is kept in the physical id (CloudFormation sends nothing else back on
   Delete). Delete restores it only if kvtier changed it and the cluster still has the setting kvtier asked for.
-- Delete restores nothing while the cluster is not InService (UpdateCluster would be refused and the rollback fail);
-  it logs the command that restores the setting by hand.
-- Every API error fails the deployment with AWS's own code and message; a cluster that is not InService again within
-  the waiter's hour fails with HyperPod's status and failure message, before the framework's generic timeout.
+- Delete restores nothing while the cluster is not InService (the restore could not start within the hour and the
+  rollback would fail); it logs the command that restores the setting by hand.
+- Every other API error fails the deployment with AWS's own code and message; a cluster that is not InService with
+  the target within the waiter's hour fails with HyperPod's status and failure message, before the framework's
+  generic timeout.
 
 Runs in AWS Lambda; standard library and boto3 only.
 """
@@ -21,6 +27,7 @@ Runs in AWS Lambda; standard library and boto3 only.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -31,6 +38,7 @@ from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.literals import ClusterNodeRecoveryType
     from mypy_boto3_sagemaker.type_defs import ClusterTieredStorageConfigTypeDef, DescribeClusterResponseTypeDef
 
 PREFIX = "kvtier-tiered-storage"
@@ -40,9 +48,12 @@ UNCHANGED = "unchanged"  # physical-id state: kvtier found the setting as asked 
 SETTLE_S = 60
 FAILED = ("Failed", "RollingBack", "Deleting")
 # The Provider framework's waiter gives up after one hour in all (kvtier/constructs/tiered_storage.py TOTAL_TIMEOUT)
-# with a generic message; is_complete fails first, with HyperPod's status and message, leaving two polls of margin.
-DEADLINE_S = 3600 - 2 * 30
+# with a generic message; is_complete fails first, with HyperPod's status and message. RequestedAt is stamped after
+# two cold starts and each poll is 30 s plus the Lambda's run, so the margin is five minutes, not two polls.
+DEADLINE_S = 3600 - 300
 PERCENT: Final = "InstanceMemoryAllocationPercentage"
+# HyperPod's refusal while a cluster is busy reads "Cluster <name> is in Updating state" (replayed in tests/lambdas).
+BUSY: Final = re.compile(r"\bis in \w+ state\b|\bstate\b.*\b(Updating|SystemUpdating|Creating)\b", re.IGNORECASE)
 
 Setting = dict[str, Any]  # {"Mode": "Enable" | "Disable", "InstanceMemoryAllocationPercentage"?: int}
 
@@ -63,9 +74,10 @@ def on_event(event: dict[str, Any], _context: Any, client: SageMakerClient | Non
         _log("already as asked", cluster=cluster, setting=current)
         physical_id = event["PhysicalResourceId"] if same_cluster else make_physical_id(cluster, UNCHANGED)
         return {"PhysicalResourceId": physical_id, "Data": {"Changed": "false", "Setting": encode(current)}}
-    update(sagemaker, cluster, want, described)
+    _require_node_recovery(cluster, described)
     # The first setting kvtier replaced is the one to restore, however many updates follow.
     previous = recorded[1] if recorded is not None and same_cluster and recorded[1] != UNCHANGED else encode(current)
+    _log("Tiered Storage to change; is_complete updates the cluster once it is InService", cluster=cluster, want=want)
     return {
         "PhysicalResourceId": make_physical_id(cluster, previous),
         "Data": {"Changed": "true", "Setting": encode(want), "RequestedAt": str(int(time.time()))},
@@ -103,7 +115,6 @@ def _delete(event: dict[str, Any], sagemaker: SageMakerClient) -> dict[str, Any]
     if not matches(current, asked):
         _log("setting changed since kvtier set it; leaving it", cluster=cluster, setting=current)
         return unchanged
-    update(sagemaker, cluster, target, described)
     return {
         "PhysicalResourceId": physical_id,
         "Data": {"Changed": "true", "Setting": previous, "RequestedAt": str(int(time.time()))},
@@ -135,24 +146,24 @@ def is_complete(
         message = described.get("FailureMessage") or "no failure message"
         raise RuntimeError(f"HyperPod cluster {cluster[0]} is {status} after the Tiered Storage update: {message}")
     elapsed = now() - int(data.get("RequestedAt", "0"))
-    settled = elapsed >= SETTLE_S
-    if status != "InService" and elapsed >= DEADLINE_S:
+    current = current_setting(described)
+    done = status == "InService" and matches(current, target)
+    if not done and elapsed >= DEADLINE_S:
         # Fail before the Provider framework's waiter times out with its generic "Operation timed out": say what
         # HyperPod reports instead.
         message = described.get("FailureMessage") or "no failure message"
         raise RuntimeError(
-            f"HyperPod cluster {cluster[0]} is still {status} {int(elapsed // 60)} minutes after the Tiered Storage "
-            f"update (HyperPod says: {message}); check `aws sagemaker describe-cluster --cluster-name {cluster[0]}`"
+            f"HyperPod cluster {cluster[0]} is still {status} with Tiered Storage {encode(current)}, not "
+            f"{encode(target)}, {int(elapsed // 60)} minutes after the request (HyperPod says: {message}); check "
+            f"`aws sagemaker describe-cluster --cluster-name {cluster[0]}`"
         )
-    if status != "InService" or not settled:
+    if status == "InService" and not done:
+        update(sagemaker, cluster[0], target, described)
+        return {"IsComplete": False}
+    # Right after UpdateCluster the cluster may still read InService before it turns Updating.
+    if not done or elapsed < SETTLE_S:
         _log("waiting", cluster=cluster[0], status=status)
         return {"IsComplete": False}
-    current = current_setting(described)
-    if not matches(current, target):
-        raise RuntimeError(
-            f"HyperPod cluster {cluster[0]} is InService with Tiered Storage {encode(current)}, not {encode(target)}: "
-            "the update did not take effect"
-        )
     return {"IsComplete": True}
 
 
@@ -236,20 +247,31 @@ def describe(sagemaker: SageMakerClient, cluster: str) -> DescribeClusterRespons
 
 def update(
     sagemaker: SageMakerClient, cluster: str, setting: Setting, described: DescribeClusterResponseTypeDef
-) -> None:
-    """UpdateCluster with the new setting and the current NodeRecovery passed back unchanged."""
+) -> bool:
+    """UpdateCluster with the new setting and the current NodeRecovery passed back unchanged. False when HyperPod
+    refuses it because the cluster is busy (a ValidationException naming its state): the caller waits."""
+    node_recovery = _require_node_recovery(cluster, described)
+    config = _config(setting)
+    _log("UpdateCluster", cluster=cluster, setting=setting, node_recovery=node_recovery)
+    try:
+        sagemaker.update_cluster(ClusterName=cluster, TieredStorageConfig=config, NodeRecovery=node_recovery)
+    except ClientError as err:
+        message = str(err.response.get("Error", {}).get("Message", ""))
+        if _code(err) == "ValidationException" and BUSY.search(message):
+            _log("cluster is busy; waiting", cluster=cluster, error=_aws_message(err))
+            return False
+        raise RuntimeError(f"UpdateCluster {cluster} (Tiered Storage {encode(setting)}): {_aws_message(err)}") from err
+    return True
+
+
+def _require_node_recovery(cluster: str, described: DescribeClusterResponseTypeDef) -> ClusterNodeRecoveryType:
     node_recovery = described.get("NodeRecovery")
     if node_recovery is None:
         raise RuntimeError(
             f"HyperPod cluster {cluster} reports no NodeRecovery, which UpdateCluster needs next to TieredStorageConfig; "
             "set it once (aws sagemaker update-cluster --cluster-name <name> --node-recovery Automatic|None) and deploy again"
         )
-    config = _config(setting)
-    _log("UpdateCluster", cluster=cluster, setting=setting, node_recovery=node_recovery)
-    try:
-        sagemaker.update_cluster(ClusterName=cluster, TieredStorageConfig=config, NodeRecovery=node_recovery)
-    except ClientError as err:
-        raise RuntimeError(f"UpdateCluster {cluster} (Tiered Storage {encode(setting)}): {_aws_message(err)}") from err
+    return node_recovery
 
 
 def _config(setting: Setting) -> ClusterTieredStorageConfigTypeDef:

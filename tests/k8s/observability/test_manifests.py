@@ -104,10 +104,27 @@ def test_engine_monitors_select_every_endpoint_and_label_lob_and_endpoint(prod: 
     for stack in prod.stacks.lobs:
         objects = [o for c in stack.outputs.charts for o in c.manifests()]
         (engines,) = [o for o in objects if o["metadata"].get("name") == "kvtier-engines"]
-        (expression,) = engines["spec"]["selector"]["matchExpressions"]
-        assert expression["values"] == sorted(e.name for e in stack.lob.endpoints)
+        app, component = engines["spec"]["selector"]["matchExpressions"]
+        assert app == {"key": "app", "operator": "In", "values": sorted(e.name for e in stack.lob.endpoints)}
+        assert component == {"key": "kvtier.io/component", "operator": "NotIn", "values": ["router", "l2-janitor"]}
         targets = {r["targetLabel"] for r in engines["spec"]["podMetricsEndpoints"][0]["relabelings"]}
-        assert targets == {"lob", "kvtier_endpoint"}
+        assert targets == {"lob", "kvtier_endpoint", "kvtier_component"}
+
+
+def test_every_lob_monitor_stamps_its_component(prod: Synth) -> None:
+    """Rules select engines by `kvtier_component`, so each LOB monitor sets it: engine, router, janitor."""
+    for stack in prod.stacks.lobs:
+        objects = [o for c in stack.outputs.charts for o in c.manifests() if o["kind"] == "PodMonitor"]
+        stamped = {
+            o["metadata"]["name"]: r["replacement"]
+            for o in objects
+            for r in o["spec"]["podMetricsEndpoints"][0]["relabelings"]
+            if r["targetLabel"] == "kvtier_component"
+        }
+        expected = {"kvtier-engines": "engine", "kvtier-janitor": "janitor"}
+        if any(e.mode == "standalone" for e in stack.lob.endpoints):
+            expected["kvtier-routers"] = "router"
+        assert stamped == expected, stack.lob.name
 
 
 def test_hyperpod_addon_mode_loads_rules_into_amp(tmp_path_factory: pytest.TempPathFactory) -> None:

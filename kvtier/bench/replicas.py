@@ -1,0 +1,54 @@
+"""Which replica served each request, from the router's own counter (`--router-metrics-url`).
+
+vllm-router counts the requests each replica served (ROUTER_SERVED_METRIC, label `worker`) on its Prometheus port
+and sets no response header that names it. So a request's replica is known when it ran alone: the counter is read
+before and after it, and exactly one worker moved by exactly one. A request that overlapped another (concurrency
+above 1, or arrivals closer than a request's duration) keeps `replica` None: the counter cannot tell them apart.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from kvtier.bench.metrics import parse_prometheus
+from kvtier.bench.records import RequestRecord
+from kvtier.serving import ROUTER_SERVED_METRIC, ROUTER_WORKER_LABEL
+
+
+async def served_counts(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> dict[str, float] | None:
+    """The router's per-replica counter, or None when its metrics cannot be read (then no replica is told)."""
+    try:
+        response = await client.get(f"{url.rstrip('/')}/metrics", timeout=timeout_s)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    counts: dict[str, float] = {}
+    for sample in parse_prometheus(response.text):
+        if sample.name == ROUTER_SERVED_METRIC:
+            worker = dict(sample.labels).get(ROUTER_WORKER_LABEL)
+            if worker is not None:
+                counts[worker] = counts.get(worker, 0.0) + sample.value
+    return counts
+
+
+def single_mover(before: dict[str, float] | None, after: dict[str, float] | None) -> str | None:
+    """The one worker whose count went up by exactly one, else None."""
+    if before is None or after is None:
+        return None
+    moved = {w: n - before.get(w, 0.0) for w, n in after.items() if n != before.get(w, 0.0)}
+    if len(moved) == 1:
+        ((worker, delta),) = moved.items()
+        return worker if delta == 1 else None
+    return None
+
+
+def replica_summary(records: Iterable[RequestRecord]) -> dict[str, Any]:
+    """Requests per replica among those whose replica is known, and how many could not be told."""
+    records = list(records)
+    known = Counter(r.replica for r in records if r.replica is not None)
+    return {"per_replica": dict(sorted(known.items())), "unknown": sum(1 for r in records if r.replica is None)}
