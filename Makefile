@@ -22,14 +22,15 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim crds clean promtool fuse bench-janitor
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-client crds clean promtool \
+	fuse bench-janitor
 
 # The first synth or test of a clone installs for a minute or two before it does what was asked: say so up front
 # (scripts/install-venv.sh then prints each step, and a line every 8 s while one runs).
 ifneq ($(filter synth test pytest lint setup,$(or $(MAKECMDGOALS),help)),)
 ifeq ($(wildcard $(VENV)/.installed),)
 $(info make: first run in this clone: installing .venv/ (Python packages, requirements-dev.txt), node_modules/ (npm ci: \
-the CDK CLI) and the -O bytecode a synth loads; about 1-2 minutes with warm package caches, more on a cold machine; \
+the CDK CLI) and the bytecode a synth loads; about a minute with warm package caches, more on a cold machine; \
 later runs reuse them)
 endif
 endif
@@ -43,7 +44,8 @@ help:
 	@echo "make pytest       the test suite"
 	@echo "make bench-synth  time dev, prod and 20 LOBs against a minimal CDK app, write docs/benchmarks.md"
 	@echo "make bench-setup  time a fresh make setup in a fresh clone, step by step, write docs/benchmarks.md"
-	@echo "make bench-sim    time the simulator on the shipped sample trace, write docs/benchmarks.md"
+	@echo "make bench-sim    time kvtier simulate and the replay (SIM_TRACE=...), write docs/benchmarks.md"
+	@echo "make bench-client client CPU per request, kvtier bench vs vllm bench serve (engine venv), write docs/benchmarks.md"
 	@echo "make bench-janitor one janitor pass over 1,000,000 files: time and memory, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
@@ -69,10 +71,15 @@ node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-# The -O bytecode of what a synth imports (cdk.json runs `python -O app.py`; scripts/compile-optimized.py says why),
-# once per install; it starts jsii, so it needs node_modules.
+# The -O and plain bytecode of what a synth and the kvtier command import (cdk.json runs `python -O app.py`;
+# scripts/compile-optimized.py says why), once per install; it starts jsii, so it needs node_modules.
 $(VENV)/.optimized: $(VENV)/.installed node_modules/.installed scripts/compile-optimized.py
 	env -u PYTHONDONTWRITEBYTECODE $(PY) -O scripts/compile-optimized.py
+	touch $@
+
+# Every installed module's plain bytecode, for the tests only (the set-up compiles just what a synth loads).
+$(VENV)/.compiled: $(VENV)/.installed scripts/compile-optimized.py
+	env -u PYTHONDONTWRITEBYTECODE $(PY) scripts/compile-optimized.py --all
 	touch $@
 
 # kvtier's own .pyc files, plain and -O: where PYTHONDONTWRITEBYTECODE is set nothing else writes them, and every
@@ -105,7 +112,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # -p tests.heartbeat: a line after 6 s of silence (collection, a long test), so a CI log never looks hung.
-pytest: setup promtool fuse $(CHECKOV_VENV)/.installed
+pytest: setup promtool fuse $(CHECKOV_VENV)/.installed $(VENV)/.compiled
 	$(PY) -m pytest -p tests.heartbeat
 
 # Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its
@@ -132,8 +139,16 @@ bench-synth: setup
 bench-setup: setup
 	$(PY) -m tools.benchsetup
 
+# The shipped sample by default; docs/benchmarks.md is measured on the whole Mooncake conversation trace (12,031
+# requests, kvcache-ai/Mooncake@3b5a594:FAST25-release/traces/conversation_trace.jsonl): SIM_TRACE=<that file>.
+SIM_TRACE ?= examples/traces/mooncake_synthetic_500.jsonl
+
 bench-sim: setup
-	$(PY) -m tools.benchsim --repeat 5 --output docs/benchmarks.md
+	$(PY) -m tools.benchsim --trace $(SIM_TRACE) --repeat 5 --output docs/benchmarks.md
+
+# Needs the engine venv (make test-engine builds it) for vllm bench serve.
+bench-client: setup
+	$(PY) -m tools.benchclient --engine-python $(ENGINE_VENV)/bin/python --output docs/benchmarks.md
 
 bench-janitor: setup
 	$(PY) -m tools.benchjanitor --files 1000000 --output docs/benchmarks.md

@@ -57,13 +57,15 @@ L2_FUSE_CAP_GBPS = Fact(
     "9.60 GiB/s); used as the ceiling of the FUSE path on instances with faster networks (assumption)",
 )
 L2_HIT_FIXED_S = Fact(
-    0.12,
+    0.128,
     "seconds per L2 hit",
-    "calibrated from the AWS/Curvine blog's prompt sweep on ml.g5.4xlarge (Qwen2-7B, Pod A writes, Pod B reads): "
-    "0.99x at 500 tokens and 774 ms cold vs 287 ms from L2 at 2,500 tokens leave 0.12 s per hit that the bytes do "
-    "not explain (LMCache lookup of each chunk over FUSE, retrieve synchronisation, one more scheduler step); "
-    "docs/planning.md derives it. Assumed the same on other instance types (a software path); measure it as the "
-    "TTFT of an L2 hit minus the bytes' transfer time and set catalog_overrides.<type>.l2_hit_fixed_s",
+    "calibrated from the AWS/Curvine blog's prompt sweep on ml.g5.4xlarge (A10G; Qwen2-7B, Pod A writes, Pod B "
+    "reads): its 287 ms from L2 at 2,500 tokens, less four decode steps (5 output tokens; each reads the 15.2 GB of "
+    "weights at the A10G's 600 GB/s: 101 ms), the last token's prefill and the bytes at the 25 Gbps burst rate x "
+    "l2_network_efficiency, leaves 0.128 s per hit (LMCache's lookup of each chunk over FUSE, retrieve "
+    "synchronisation); docs/planning.md derives it. A host-side path, so assumed the same on other GPUs (UNVERIFIED); "
+    "measure it as the TTFT of an L2 hit minus the bytes' transfer time and set "
+    "catalog_overrides.<type>.l2_hit_fixed_s",
 )
 SINGLE_FLOW_GBPS = Fact(
     5.0,
@@ -391,12 +393,13 @@ _G5_REGIONS = frozenset(
         "us-west-2",
     }
 )
-# Prefill on A10G, fitted to the blog's cold TTFTs (docs/planning.md): 0.75 of the 70 TFLOPS peak.
+# Prefill on A10G, fitted to the blog's cold TTFT with its decode steps taken out (docs/planning.md).
 G5_PREFILL_MFU = Fact(
-    0.75,
+    0.83,
     "fraction of dense BF16 peak",
-    "calibrated: with the A10G's 70 TFLOPS (UNVERIFIED) and l2_hit_fixed_s, this reproduces the AWS/Curvine blog's "
-    "ml.g5.4xlarge sweep (774 ms cold at 2,500 tokens, 0.99x at 500); docs/planning.md derives it",
+    "calibrated: the AWS/Curvine blog's 774 ms cold at 2,500 tokens on ml.g5.4xlarge, less four decode steps (101 "
+    "ms: 5 output tokens, weights read at 600 GB/s), is the prefill, 0.83 of the A10G's 70 TFLOPS (UNVERIFIED); "
+    "docs/planning.md derives it",
 )
 
 

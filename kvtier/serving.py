@@ -23,8 +23,16 @@ from typing import Any
 
 from kvtier.catalog import LMCACHE_STAGING_GIB
 from kvtier.config.endpoint import CacheConfig, Endpoint, HuggingFaceModel
-from kvtier.versions import STANDALONE_LMCACHE_VERSION
+from kvtier.versions import (
+    OPERATOR_LMCACHE_VERSION,
+    OPERATOR_VLLM_IMAGE,
+    STANDALONE_LMCACHE_VERSION,
+    STANDALONE_VLLM_IMAGE,
+)
 
+# LMCache stores whole chunks only (one L2 file per `chunk_size` tokens; the last partial chunk of a prompt is
+# recomputed by the next reader): rendered into every endpoint, and the planner and simulator count hits with it.
+SAVE_UNFULL_CHUNK = False
 ENV_PREFIX = "LMCACHE_"
 # Where pods mount their LOB's L2 volume (design "L2 layout").
 L2_MOUNT_PATH = "/mnt/kvtier/l2"
@@ -42,6 +50,21 @@ L2_MARKER = "KVTIER_L2_BACKEND"
 # The endpoint's L2 identity on that container: the Policy builds the URL from it and the pod's `app` label.
 L2_IDENTITY_VAR = "KVTIER_L2_IDENTITY"
 L2_IDENTITY_CHARS = 12  # hex digits of SHA-256: 48 bits, so two identities of one endpoint never meet by chance
+# Bumped only when the meaning of an existing fact changes; a new optional fact needs no bump, because unset facts
+# are left out of the digest (docs/l2.md "One directory per model build").
+L2_IDENTITY_SCHEMA = 2
+# LMCache settings that change the bytes of an L2 file or its key, pinned so that no other config file (the operator's
+# own `lmcache-config`) or default can change them under one identity (docs/references.md, issue 24):
+# `save_chunk_meta` (in `extra_config`, default True) writes a header a reader without it misreads; `use_layerwise`
+# (default False) changes the key layout and forces the header on.
+SAVE_CHUNK_META = True
+USE_LAYERWISE = False
+# The LMCache version inside each default image (the identity names the one that actually runs); an image not listed
+# here is covered by the `image` fact alone.
+IMAGE_LMCACHE_VERSIONS: dict[str, str] = {
+    OPERATOR_VLLM_IMAGE: OPERATOR_LMCACHE_VERSION,
+    STANDALONE_VLLM_IMAGE: STANDALONE_LMCACHE_VERSION,
+}
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
 PROMETHEUS_DIR = "/tmp"
 # kvaware: the LMCache controller inside the router (production-stack defaults: pull 9000, reply 9001, heartbeat 9002).
@@ -69,26 +92,31 @@ def env_name(key: str) -> str:
 
 
 def l2_identity_facts(endpoint: Endpoint) -> dict[str, Any]:
-    """Everything that makes an endpoint's KV incompatible with what it wrote before.
+    """Everything that makes an endpoint's KV incompatible with what it wrote before, and only what is set.
 
     LMCache 0.4.3 names an L2 file `<--model>@<world_size>@<worker_id>@<chunk_hash>@<dtype>.data` (`CacheEngineKey`,
     fs connector): operator pods always pass `--model /opt/ml/model`, and a new revision, re-uploaded weights or a
-    new image keep every key. So the L2 directory carries a digest of these facts instead (docs/l2.md).
+    new image keep every key. So the L2 directory carries a digest of these facts instead (docs/l2.md). Unset facts
+    are left out (no null placeholders), so adding an optional fact later leaves every existing identity as it is.
     """
     model = endpoint.model
     weights = model.revision if isinstance(model, HuggingFaceModel) else f"s3://{model.bucket}/{model.prefix}"
-    return {
+    facts: dict[str, Any] = {
+        "schema": L2_IDENTITY_SCHEMA,
         "model": model.id,
-        "weights": weights,  # Hugging Face commit (None: the tip of main), or the S3 prefix
+        "weights": weights,  # the Hugging Face commit, or the S3 prefix
         "weights_version": model.weights_version,
         "dtype": endpoint.dtype,
         "tensor_parallel": endpoint.tensor_parallel,
         "chunk_size": endpoint.cache.chunk_size,
         "serde": SERDE,
         "hash_seed": HASH_SEED,
-        "lmcache": STANDALONE_LMCACHE_VERSION,  # the version kvtier's settings are written for
+        "save_chunk_meta": SAVE_CHUNK_META,
+        "use_layerwise": USE_LAYERWISE,
+        "lmcache": IMAGE_LMCACHE_VERSIONS.get(endpoint.container_image),  # of the image that runs
         "image": endpoint.container_image,  # its LMCache and vLLM versions (chunk layout, hashing)
     }
+    return {key: value for key, value in facts.items() if value is not None}
 
 
 def l2_identity(endpoint: Endpoint) -> str:
@@ -161,11 +189,12 @@ def lmcache_config(
         "chunk_size": cache.chunk_size,
         "local_cpu": cache.l1_gb > 0,
         "max_local_cpu_size": rank_cpu_size_gib(cache, tensor_parallel),
-        "save_unfull_chunk": False,  # whole chunks only: one L2 file per `chunk_size` tokens
+        "save_unfull_chunk": SAVE_UNFULL_CHUNK,
         "remote_serde": SERDE,
     }
     if cache.l2 == "curvine":
         config["remote_url"] = l2_dir_url(l2_dir)
+        config |= curvine_format()
     if controller is not None:
         config |= {
             "enable_controller": True,
@@ -174,6 +203,12 @@ def lmcache_config(
             "lmcache_worker_ports": controller.worker_ports,
         }
     return config
+
+
+def curvine_format() -> dict[str, Any]:
+    """The file-format settings of a Curvine L2, pinned in both modes (part of the identity). Not for
+    `tieredstorage`: there the operator owns `extra_config`, and LMCache's env loader replaces it whole."""
+    return {"use_layerwise": USE_LAYERWISE, "extra_config": {"save_chunk_meta": SAVE_CHUNK_META}}
 
 
 def env_value(value: Any) -> str:
@@ -199,5 +234,5 @@ def hash_seed_env() -> dict[str, str]:
 def rewire_env(l2_dir: str) -> list[dict[str, str]]:
     """What the Kyverno policy sets on an operator pod for `l2: curvine` (`l2_dir` holds policy variables)."""
     config = lmcache_config(CacheConfig(l2="curvine"), l2_dir)
-    keys = {"remote_url", "remote_serde"}
+    keys = {"remote_url", "remote_serde", *curvine_format()}
     return [*lmcache_env({k: v for k, v in config.items() if k in keys}), hash_seed_env()]

@@ -19,6 +19,9 @@ UPGRADE_HINT = (
 # Operator mode: the reference deployment's image (AWS/Curvine blog, reference aws-hyperpod.md 5 step 2); its LMCache
 # version is not pinned anywhere (probably 0.3.9.post2: UNVERIFIED, docs/references.md "Inference endpoints").
 OPERATOR_VLLM_IMAGE = "public.ecr.aws/deep-learning-containers/vllm:0.11.1-gpu-py312-cu129-ubuntu22.04-ec2-v1.0"
+# The LMCache inside OPERATOR_VLLM_IMAGE: UNVERIFIED (no `pip list` of the image; docs/references.md "Inference
+# endpoints"). Its own constant so that the operator endpoints' L2 identity follows this image, never the standalone pin.
+OPERATOR_LMCACHE_VERSION = "0.3.9.post2"
 # Standalone mode: LMCache 0.4.3 + vLLM 0.19.0 (CUDA 12.8 base); the settings we emit are parsed in tests by this
 # LMCache version (Makefile LMCACHE_VERSION must equal STANDALONE_LMCACHE_VERSION; a test checks both).
 STANDALONE_VLLM_IMAGE = "lmcache/vllm-openai:v0.4.3"

@@ -24,11 +24,16 @@ ROOT = Path(__file__).resolve().parent.parent
 STEPS = (
     (".venv/.installed", "main venv: requirements-dev.txt, LMCache's parser, kvtier (editable)"),
     ("node_modules/.installed", "npm ci: aws-cdk CLI and Node"),
-    (".venv/.optimized", "-O bytecode of what a synth loads (scripts/compile-optimized.py)"),
+    (".venv/.optimized", "-O and plain bytecode of what a synth and the command load (scripts/compile-optimized.py)"),
     ("setup", "kvtier's own .pyc"),
 )
-TEST_ONLY = ((".venv-checkov/.installed", "checkov's venv for the tests: requirements-checkov.txt"),)
+TEST_ONLY = (
+    (".venv-checkov/.installed", "checkov's venv for the tests: requirements-checkov.txt"),
+    (".venv/.compiled", "plain bytecode of every installed package, for the tests"),
+)
 INSTALLS = (".venv/.installed", "node_modules/.installed")
+# After the set-up, the synth a newcomer runs next: `make synth` from a fresh clone is the two together.
+SYNTH = ("synth", "cdk synth of the default environment (dev)")
 
 
 def _make(clone: Path, target: str, installer: str) -> float:
@@ -47,7 +52,7 @@ def fresh_setup(installer: str) -> list[tuple[str, str, float]]:
     with tempfile.TemporaryDirectory() as work:
         clone = Path(work) / "kvtier"
         subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
-        return [(target, what, _make(clone, target, installer)) for target, what in (*STEPS, *TEST_ONLY)]
+        return [(target, what, _make(clone, target, installer)) for target, what in (*STEPS, SYNTH, *TEST_ONLY)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,19 +63,22 @@ def main(argv: list[str] | None = None) -> int:
     steps = fresh_setup(args.installer)
     installs = sum(s for target, _, s in steps if target in INSTALLS)
     setup = sum(s for target, _, s in steps if target in dict(STEPS))
+    synth = sum(s for target, _, s in steps if target == SYNTH[0])
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     body = "\n".join(
         [
             "## Set-up time (`make bench-setup`)",
             "",
             f"A fresh `make setup` in a fresh clone (installer: {args.installer}), step by step, on",
             f"{platform.machine()} with {os.cpu_count()} cores, Python {platform.python_version()}, with uv's and npm's",
-            "caches as this machine had them.",
+            f"caches as this machine had them. Load average (1 / 5 / 15 min) at the end: {load}.",
             "",
             "| step (make target) | what | seconds |",
             "|---|---|---|",
             *[f"| `{target}` | {what} | {seconds:.0f} |" for target, what, seconds in steps],
             f"| | installs of `make setup` (venv and npm) | **{installs:.0f}** |",
-            f"| | whole `make setup` (without the test-only step) | **{setup:.0f}** |",
+            f"| | whole `make setup` (without the test-only steps) | **{setup:.0f}** |",
+            f"| | `make synth` from a fresh clone (set-up and synth) | **{setup + synth:.0f}** |",
         ]
     )
     write_section(args.output, "setup", body)

@@ -1,10 +1,12 @@
-"""Time the simulator: requests replayed per second per strategy, and how the cost grows with trace length and
-replica count. Prints (or writes) a Markdown section for docs/benchmarks.md.
+"""Time the simulator: the whole `kvtier simulate` command per routing (what a user waits for), the replay alone,
+and how time and memory grow with trace length and replica count. Prints (or writes) a Markdown section for
+docs/benchmarks.md.
 
-    python -m tools.benchsim [--trace FILE] [--repeat 3] [--output FILE]
+    python -m tools.benchsim [--trace FILE] [--repeat 5] [--output FILE]
 
-The simulator is single-threaded, so this measures one core: CPU time of this process (`time.process_time`), which
-a busy machine disturbs less than the wall clock. Each point is the best of `--repeat` runs.
+Runs are interleaved (every routing once, then again) and each point is the median, with the load average printed
+before and after: the machine may be shared. The replay is single-threaded; its times are CPU time of this process
+(`time.process_time`), the command's are wall clock and CPU of the child.
 """
 
 from __future__ import annotations
@@ -13,8 +15,12 @@ import argparse
 import dataclasses
 import os
 import platform
+import resource
+import statistics
+import subprocess
 import sys
 import time
+import tracemalloc
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,8 +31,11 @@ from kvtier.simulate.trace import UnitTrace, to_units
 from kvtier.trace import Trace, TraceError, TraceRequest, load_trace
 from tools.benchdoc import write_section
 
-# The sample trace shipped in the repository (examples/traces/README.md: source, commit, licence).
-DEFAULT_TRACE = Path(__file__).resolve().parents[1] / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
+ROOT = Path(__file__).resolve().parents[1]
+# The sample trace shipped in the repository (examples/traces/README.md: source, commit, licence); docs/benchmarks.md
+# is measured on the whole Mooncake conversation trace (`make bench-sim SIM_TRACE=...`, the Makefile names it).
+DEFAULT_TRACE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
+COMMAND_TIMEOUT_S = 600
 # Hand-set, Qwen3-8B-on-L40S-like sizes; speed depends on the work per request, not on these values. No length
 # cap, so every request is looked up, routed and stored (the worst case).
 MODEL = TierModel(
@@ -63,19 +72,49 @@ def tiled(trace: Trace, factor: float) -> Trace:
     return Trace(tuple(copies), trace.block_tokens, trace.source)
 
 
-def best_seconds(units: UnitTrace, model: TierModel, config: SimConfig, repeat: int) -> float:
-    best = float("inf")
+def median_seconds(units: UnitTrace, model: TierModel, configs: Sequence[SimConfig], repeat: int) -> list[float]:
+    """CPU seconds of each config's replay, median of `repeat` interleaved runs."""
+    runs: list[list[float]] = [[] for _ in configs]
     for _ in range(repeat):
-        started = time.process_time()
-        simulate(units, model, config)
-        best = min(best, time.process_time() - started)
-    return best
+        for times, config in zip(runs, configs, strict=True):
+            started = time.process_time()
+            simulate(units, model, config)
+            times.append(time.process_time() - started)
+    return [statistics.median(times) for times in runs]
 
 
-def measure(trace: Trace, repeat: int) -> str:
+def peak_bytes(trace: Trace, config: SimConfig) -> int:
+    """Peak Python memory of mapping and replaying `trace` (tracemalloc; a separate run, it slows the replay)."""
+    tracemalloc.start()
+    try:
+        simulate(to_units(trace, MODEL.chunk_tokens), MODEL, config)
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def command_seconds(trace_path: Path, routing: str) -> tuple[float, float]:
+    """(wall, CPU) seconds of `kvtier simulate` on the shipped dev config's retail endpoint, one routing."""
+    argv = [sys.executable, "-m", "kvtier", "simulate", "-e", "dev", "--lob", "retail", "--endpoint", "qwen3-8b"]
+    argv += ["--trace", str(trace_path), "--routing", routing, "--no-plots", "--json"]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, timeout=COMMAND_TIMEOUT_S)
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def load_average() -> str:
+    return " / ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def measure(trace: Trace, trace_path: Path, repeat: int) -> str:
     def config(routing: str) -> SimConfig:
         return SimConfig(routing=routing, l2_max_age_s=24 * 3600.0, janitor_every_s=300.0)
 
+    configs = [config(routing) for routing in STRATEGIES]
+    load_before = load_average()
     units = to_units(trace, MODEL.chunk_tokens)
     lines = [
         "## Simulator speed (`kvtier simulate`)",
@@ -84,38 +123,67 @@ def measure(trace: Trace, repeat: int) -> str:
         f"{platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs (the simulator uses one). "
         f"Trace: `{Path(trace.source).name}` ({len(trace):,} requests, "
         f"{sum(r.input_length for r in trace.requests) / len(trace):,.0f} prompt tokens on average). "
-        f"Hand-set tiers: {MODEL.replicas} replicas, L0 {MODEL.l0_tokens:,}, L1 {MODEL.l1_tokens:,} tokens per "
-        f"replica, L2 {MODEL.l2_tokens:,} tokens; no length cap, so every request is simulated. "
-        f"CPU seconds, best of {repeat} runs; excludes loading the trace and Python start-up.",
+        f"Medians of {repeat} interleaved runs. Load average (1 / 5 / 15 min) before: {load_before}.",
+        "",
+        "The whole command, `kvtier simulate -e dev --lob retail --endpoint qwen3-8b --trace <trace> --routing R "
+        "--no-plots --json` (Python start-up, config, reading the trace, the replay with L2, the report):",
+        "",
+        "| routing | wall s | CPU s | requests/s (wall) |",
+        "|---|---:|---:|---:|",
+    ]
+    runs: dict[str, list[tuple[float, float]]] = {routing: [] for routing in STRATEGIES}
+    for _ in range(repeat):
+        for routing in STRATEGIES:
+            runs[routing].append(command_seconds(trace_path, routing))
+    for name, pairs in runs.items():
+        wall = statistics.median(w for w, _ in pairs)
+        cpu = statistics.median(c for _, c in pairs)
+        lines.append(f"| {name} | {wall:.2f} | {cpu:.2f} | {len(trace) / wall:,.0f} |")
+
+    lines += [
+        "",
+        f"The replay alone (hand-set tiers: {MODEL.replicas} replicas, L0 {MODEL.l0_tokens:,}, L1 "
+        f"{MODEL.l1_tokens:,} tokens per replica, L2 {MODEL.l2_tokens:,} tokens; no length cap, so every request is "
+        "simulated), CPU seconds:",
         "",
         "| routing | seconds | requests/s | µs per request |",
         "|---|---:|---:|---:|",
     ]
-    for routing in STRATEGIES:
-        seconds = best_seconds(units, MODEL, config(routing), repeat)
+    for routing, seconds in zip(STRATEGIES, median_seconds(units, MODEL, configs, repeat), strict=True):
         lines.append(f"| {routing} | {seconds:.3f} | {len(trace) / seconds:,.0f} | {1e6 * seconds / len(trace):,.1f} |")
 
-    lines += ["", "Trace length (copies of the trace one after another, fresh block ids; 2 replicas), µs per request:"]
-    lines += ["", "| requests | " + " | ".join(STRATEGIES) + " |", "|---:|" + "---:|" * len(STRATEGIES)]
+    lines += [
+        "",
+        "Trace length (copies of the trace one after another, fresh block ids; 2 replicas): µs per request, and peak "
+        "memory of the mapping and replay (roundrobin) in bytes per request:",
+        "",
+        "| requests | " + " | ".join(STRATEGIES) + " | bytes per request |",
+        "|---:|" + "---:|" * (len(STRATEGIES) + 1),
+    ]
     for factor in LENGTHS:
         longer = tiled(trace, factor)
         longer_units = to_units(longer, MODEL.chunk_tokens)
-        cells = [f"{1e6 * best_seconds(longer_units, MODEL, config(s), repeat) / len(longer):.1f}" for s in STRATEGIES]
-        lines.append(f"| {len(longer):,} | " + " | ".join(cells) + " |")
+        times = median_seconds(longer_units, MODEL, configs, repeat)
+        cells = [f"{1e6 * seconds / len(longer):.1f}" for seconds in times]
+        memory = peak_bytes(longer, configs[0]) / len(longer)
+        lines.append(f"| {len(longer):,} | " + " | ".join(cells) + f" | {memory:,.0f} |")
 
     lines += ["", f"Replica count (the {len(trace):,}-request trace), µs per request:"]
     lines += ["", "| replicas | " + " | ".join(STRATEGIES) + " |", "|---:|" + "---:|" * len(STRATEGIES)]
     for replicas in REPLICAS:
         model = dataclasses.replace(MODEL, replicas=replicas)
-        cells = [f"{1e6 * best_seconds(units, model, config(s), repeat) / len(trace):.1f}" for s in STRATEGIES]
+        cells = [f"{1e6 * seconds / len(trace):.1f}" for seconds in median_seconds(units, model, configs, repeat)]
         lines.append(f"| {replicas} | " + " | ".join(cells) + " |")
+    lines += ["", f"Load average after: {load_average()}."]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.benchsim", description=__doc__)
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE, help=f"Mooncake trace (default {DEFAULT_TRACE})")
-    parser.add_argument("--repeat", type=int, default=3, help="runs per point; the best counts (default 3)")
+    parser.add_argument(
+        "--repeat", type=int, default=5, help="interleaved runs per point; the median counts (default 5)"
+    )
     parser.add_argument("--output", type=Path, help="update this Markdown file's simulator section instead of printing")
     args = parser.parse_args(argv)
     try:
@@ -123,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TraceError as err:
         print(f"{parser.prog}: {err}", file=sys.stderr)
         return 2
-    section = measure(trace, max(1, args.repeat))
+    section = measure(trace, args.trace, max(1, args.repeat))
     if args.output:
         write_section(args.output, "simulate", section)
     else:

@@ -22,7 +22,7 @@ from kvtier.bench.prompts import PromptMaker
 from kvtier.bench.records import Api
 from kvtier.bench.result import BenchResult
 from kvtier.bench.session import Session, Tracker, new_client
-from kvtier.bench.stats import PERCENTILES
+from kvtier.bench.stats import PERCENTILES, distribution
 from kvtier.bench.workloads import Context, Workload
 from kvtier.errors import UnavailableError, UsageError
 
@@ -109,6 +109,8 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
                 except asyncio.CancelledError:
                     if interrupt.signal is None:
                         raise  # cancelled from outside, not by a signal of ours
+                finally:
+                    await session.close_lanes()
         final_timeout = _FINAL_SCRAPE_S if interrupt.signal else options.probe_timeout_s
         after = await scrape_all(client, scraped, timeout_s=final_timeout)
     settings: dict[str, Any] = {
@@ -139,11 +141,18 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
         run_order=list(workload.runs),
         records=session.records,
         cache=cache,
-        details=workload.details(session.records, ctx),
+        details=_with_client_lag(workload.details(session.records, ctx), session, options.percentiles),
         probes=[_probe_json(p) for p in probes],
         label=options.label,
         interrupted=interrupted,
     )
+
+
+def _with_client_lag(details: dict[str, Any], session: Session, percentiles: tuple[float, ...]) -> dict[str, Any]:
+    """The workload's details plus how late the client's event loop ran while it sent on a schedule."""
+    if not session.loop_lag_ms:
+        return details
+    return {**details, "client_loop_lag_ms": distribution(session.loop_lag_ms, percentiles)}
 
 
 def _discover_model(probes: list[Probe]) -> str:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import functools
+import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import replace
@@ -74,6 +76,16 @@ class Tracker:
             )
 
 
+# Requests in flight per HTTP client. httpcore's pool matches every waiting request against every connection each
+# time one is assigned or released (httpcore/_async/connection_pool.py `_assign_requests_to_connections`), so one
+# client's CPU per request grows with the requests in flight: at 64 it was most of the client's time. The session
+# spreads requests over clients ("lanes") of this many; serial requests all use the first, one connection.
+LANE_REQUESTS = 4
+# How often the session samples its event loop's lag while it sends on a schedule: a loop that wakes late is a client
+# too busy to send on time or to read chunks when they arrive, and every TTFT it measures includes that delay.
+LAG_SAMPLE_S = 0.05
+
+
 class Session:
     def __init__(
         self,
@@ -92,6 +104,9 @@ class Session:
         self.router_metrics_url = router_metrics_url  # the router's Prometheus port: which replica served (replicas.py)
         self.in_flight = 0
         self.started = 0  # requests started so far: one that started while another ran spoils both attributions
+        self.lanes = [self.client]
+        self.lane_in_flight = [0]
+        self.loop_lag_ms: list[float] = []  # how late the event loop woke, sampled while a schedule ran
 
     async def __aenter__(self) -> Session:
         return self
@@ -99,10 +114,26 @@ class Session:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.close_lanes()
         await self.client.aclose()
+
+    async def close_lanes(self) -> None:
+        """Close the clients the session added (the first one is its owner's)."""
+        extra, self.lanes, self.lane_in_flight = self.lanes[1:], self.lanes[:1], self.lane_in_flight[:1]
+        for lane in extra:
+            await lane.aclose()
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self.origin) * 1000
+
+    def _lane(self) -> int:
+        """The first lane with room, a new one when all are full."""
+        for lane, count in enumerate(self.lane_in_flight):
+            if count < LANE_REQUESTS:
+                return lane
+        self.lanes.append(new_client(self.timeout_s))
+        self.lane_in_flight.append(0)
+        return len(self.lanes) - 1
 
     async def one(self, req: Request) -> RequestRecord:
         self.sent += 1
@@ -110,11 +141,14 @@ class Session:
         self.in_flight += 1
         self.started += 1
         mine = self.started
+        lane = self._lane()
+        self.lane_in_flight[lane] += 1
         try:
             before = await self._served() if alone else None
-            record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
+            record = await send(self.lanes[lane], req, timeout_s=self.timeout_s, origin=self.origin)
         finally:
             self.in_flight -= 1
+            self.lane_in_flight[lane] -= 1
         if alone and self.started == mine:  # nothing else started while it ran
             record.replica = single_mover(before, await self._served())
         self.records.append(record)
@@ -132,24 +166,31 @@ class Session:
     async def schedule(self, reqs: Iterable[Request], *, concurrency: int | None) -> list[RequestRecord]:
         """Send each request at its `scheduled_ms` (from now), at most `concurrency` in flight (None: no limit).
 
-        A request held back by the limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it started.
+        `reqs` is read one request at a time, and with a limit only once a slot is free, so a lazy iterable keeps at
+        most `concurrency` + 1 request bodies alive whatever the schedule's length. A request held back by the
+        limit is sent late; its record keeps both times. Cancelled (an interrupt), it cancels every request it
+        started.
         """
         limit = asyncio.Semaphore(concurrency) if concurrency else None
         base = self.now_ms()
 
         async def go(req: Request) -> RequestRecord:
-            if limit is None:
+            try:
                 return await self.one(req)
-            async with limit:
-                return await self.one(req)
+            finally:
+                if limit is not None:
+                    limit.release()
 
         tasks: list[asyncio.Task[RequestRecord]] = []
+        monitor = asyncio.create_task(self._sample_lag())
         try:
             for req in reqs:
                 at = base + (req.scheduled_ms or 0.0)
                 wait_ms = at - self.now_ms()
                 if wait_ms > 0:
                     await asyncio.sleep(wait_ms / 1000)
+                if limit is not None:
+                    await limit.acquire()
                 tasks.append(asyncio.create_task(go(replace(req, scheduled_ms=at))))
             return list(await asyncio.gather(*tasks))
         except asyncio.CancelledError:
@@ -157,6 +198,22 @@ class Session:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
+        finally:
+            monitor.cancel()
+            await asyncio.gather(monitor, return_exceptions=True)
+
+    async def _sample_lag(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked = loop.time() + LAG_SAMPLE_S
+            await asyncio.sleep(LAG_SAMPLE_S)
+            self.loop_lag_ms.append(max(loop.time() - asked, 0.0) * 1000)
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for every client of the process: building one loads the CA bundle (about 40 ms of CPU)."""
+    return httpx.create_ssl_context(trust_env=False)
 
 
 def new_client(timeout_s: float) -> httpx.AsyncClient:
@@ -165,4 +222,5 @@ def new_client(timeout_s: float) -> httpx.AsyncClient:
         timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
         limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
         trust_env=False,
+        verify=_tls(),
     )

@@ -15,6 +15,8 @@ from kvtier.bench.replicas import replica_summary
 from kvtier.bench.result import BenchResult
 
 WIDTH = 80
+# The client's event loop waking this much later than asked (p99) means it could not keep up: warn.
+CLIENT_LAG_WARN_MS = 10.0
 GAP = "  "
 TIER_NAMES = {
     "l0_gpu_prefix_cache": "L0 GPU prefix cache",
@@ -278,6 +280,9 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
     for p in result.probes:
         if not p["answered"]:
             lines += wrap(f"warning: {p['url']} did not answer GET /v1/models: {p['error']}", width)
+    saturated = client_saturation(result)
+    if saturated:
+        lines += wrap(saturated, width, "warning: ")
     if result.partial:
         lines += wrap(partial_note(result), width, "PARTIAL: ")
     lines += run_table(result, wide)
@@ -286,6 +291,18 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
     lines += cache_lines(result.cache, wide)
     lines += replica_lines(result, width)
     return lines
+
+
+def client_saturation(result: BenchResult) -> str | None:
+    """A sentence when the client itself fell behind (its event loop woke late): its TTFTs include that delay."""
+    lag = result.details.get("client_loop_lag_ms") or {}
+    worst = lag.get("p99") if lag.get("p99") is not None else lag.get("max")
+    if not isinstance(worst, int | float) or worst <= CLIENT_LAG_WARN_MS:
+        return None
+    return (
+        f"the client was saturated: its event loop ran up to {worst:,.0f} ms late (p99; over {CLIENT_LAG_WARN_MS:g} "
+        "ms), so TTFTs include client delay; lower --concurrency or the rate, or run the client on a less busy machine"
+    )
 
 
 def replica_lines(result: BenchResult, width: int | None) -> list[str]:

@@ -27,7 +27,11 @@ from kvtier.bench.session import Session
 from kvtier.bench.stats import PERCENTILES, distribution
 from kvtier.bench.trace import trace_prompt
 from kvtier.serving import SESSION_HEADER
-from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceRequest
+from kvtier.trace import MOONCAKE_BLOCK_TOKENS, TraceError, TraceRequest
+
+# The longest wait between two sends of a trace replay (after --time-scale): an hour, past any quiet spell of the
+# public traces (one hour each); a later timestamp is a typo that would otherwise sleep for it.
+MAX_SEND_GAP_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -420,6 +424,15 @@ class TraceReplay(Workload):
         planned = list(zip(kept, times, strict=False))
         if self.duration_s is not None:
             planned = [(tr, at) for tr, at in planned if at < self.duration_s * 1000]
+        previous = 0.0
+        for request, at in planned:
+            if at - previous > MAX_SEND_GAP_S * 1000:
+                raise TraceError(
+                    f"{self.path}:{request.line}: this request would be sent {(at - previous) / 1000:.3g} s after the "
+                    f"previous one, beyond {MAX_SEND_GAP_S:g} s; fix its timestamp (milliseconds), or give a smaller "
+                    "--time-scale or a --duration"
+                )
+            previous = at
         return planned
 
     def planned(self) -> int:
@@ -444,7 +457,9 @@ class TraceReplay(Workload):
                 body = ctx.body(trace_prompt(tr, ctx.maker, self.block_tokens), self.output_tokens(tr))
                 yield Request(self.name, self.url, ctx.api, body, i, tags, ctx.request_id(self.name, i), at)
 
-        await session.schedule(list(requests()), concurrency=self.concurrency)  # built up front, as above
+        # Built one at a time as the schedule reaches them (a body of a long trace request is megabytes, and a
+        # 12k-request trace's were 0.9 GB up front); with --concurrency only once a slot is free.
+        await session.schedule(requests(), concurrency=self.concurrency)
 
     def details(self, records: Sequence[RequestRecord], ctx: Context) -> dict[str, Any]:
         kept, skipped = self.plan()

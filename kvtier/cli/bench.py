@@ -470,6 +470,7 @@ def _workload(args: argparse.Namespace) -> Workload:
             f"all {len(requests)} requests of {args.trace} are longer than --max-model-len {args.max_model_len} "
             "(input + output tokens); raise it or cap outputs with --max-tokens"
         )
+    replay.schedule()  # refuses a wait between sends beyond MAX_SEND_GAP_S before contacting anything
     return replay
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     TierModelFunction = Callable[..., TierModel]
 
 PROGRESS_MIN_REQUESTS = 10_000  # show a progress bar when this many requests are replayed in all
+PROGRESS_MIN_BYTES = 8 << 20  # and while reading a trace file at least this large
 DEFAULT_OUT = Path("out") / "simulate"
 NARROW = 80  # the report fits 80 columns (a terminal narrower than that keeps its own width)
 # The simulator keeps every replica's L0 and L1 in memory; far beyond any endpoint (the example config runs 2), and
@@ -125,7 +126,10 @@ def run(args: argparse.Namespace) -> int:
     _check_flags(args)
     config = load_from_args(args)
     lob, endpoint = _pick(config, args.lob, args.endpoint)
-    trace = load_trace(args.trace, limit=args.limit)
+    err = Console(stderr=True)
+    with _progress(err, _file_bytes(args.trace) >= PROGRESS_MIN_BYTES) as bar:  # from the first line read
+        reading = bar.add_task(f"reading {args.trace.name} (bytes)", total=_file_bytes(args.trace) or None)
+        trace = load_trace(args.trace, limit=args.limit, progress=_advance(bar, reading, 0))
     out = run_folder(args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name)
     if not args.no_plots:
         from kvtier.cli.bench import prepare_out_dir
@@ -154,7 +158,6 @@ def run(args: argparse.Namespace) -> int:
                 )
                 runs.append((model, units, sim, labels))
 
-    err = Console(stderr=True)
     results: list[SimResult] = []
     total = len(runs) * len(trace)
     with _progress(err, total >= PROGRESS_MIN_REQUESTS) as bar:
@@ -284,6 +287,14 @@ def _pick(config: Config, lob_name: str | None, endpoint_name: str | None) -> tu
             f"--endpoint '{endpoint_name}' is not in LOB '{lob.name}'; use one of {name_list(list(endpoints))}"
         )
     return lob, endpoints[endpoint_name]
+
+
+def _file_bytes(path: Path) -> int:
+    """The file's size, 0 when unknown (a pipe, a device, a file that cannot be read: load_trace says why)."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _advance(bar: Any, task: int, offset: int) -> Callable[[int], None]:

@@ -31,6 +31,7 @@ _HF_ID = re.compile(rf"{_HF_PART}/{_HF_PART}", re.ASCII)
 _HF_CHARS = re.compile(r"[A-Za-z0-9_./-]", re.ASCII)
 _SECRET = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)  # a Hugging Face (git) commit SHA: the only immutable revision
 _WEIGHTS_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Amazon Managed Prometheus workspace URL, the only Prometheus server the CRD accepts (autoScalingSpec).
 _AMP_URL = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
@@ -61,6 +62,15 @@ def _weights_version(value: str | None) -> str | None:
     return value
 
 
+def _revision(value: str | None) -> str | None:
+    if value is not None and not _COMMIT.fullmatch(value):
+        raise ValueError(
+            f"'{value}' is not a commit (a branch or tag can move, and the L2 would mix KV of two builds); use the "
+            "40-hex commit SHA from the model's Hugging Face page (Files and versions, History)"
+        )
+    return value
+
+
 def _bucket(value: str) -> str:
     if not _BUCKET.match(value) or ".." in value:
         raise ValueError(f"'{value}' is not an S3 bucket name; use 3-63 lowercase letters, digits, '.' and '-'")
@@ -78,7 +88,7 @@ class HuggingFaceModel(StrictModel):
     id: ModelId
     # Name of an existing Secret (key `token`) in the LOB namespace, for gated models.
     token_secret: Annotated[str | None, AfterValidator(_secret_name)] = None
-    revision: Annotated[str | None, Field(pattern=r"^[0-9a-f]{40}$")] = None  # a commit SHA pins the weights
+    revision: Annotated[str | None, AfterValidator(_revision)] = None  # a commit SHA pins the weights
     weights_version: WeightsVersion = None
 
 

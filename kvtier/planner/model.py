@@ -5,15 +5,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from kvtier.serving import SAVE_UNFULL_CHUNK
+
 
 @dataclass(frozen=True)
 class TierModel:
     """Capacities and speeds of one endpoint's cache tiers (per replica unless said otherwise).
 
-    An L2 hit costs `l2_hit_fixed_s + l2_load_s_per_token x tokens x readers`: a fixed part (LMCache's lookup of each
-    chunk over FUSE, retrieve synchronisation, a scheduler step) and the bytes, every one of which crosses the
-    network (Curvine places chunks round-robin over the nodes, docs/planning.md), at the node's NIC share:
-    `readers` L2 loads running at once on one node split its bandwidth.
+    An L2 hit costs `l2_hit_fixed_s + l2_load_s_per_token x tokens x readers`: a per-hit overhead (LMCache's lookup
+    of each chunk over FUSE, retrieve synchronisation) and the bytes, every one of which crosses the network
+    (Curvine places chunks round-robin over the nodes, docs/planning.md), at the node's NIC share: `readers` L2
+    loads running at once on one node split its bandwidth. kvtier/planner/ttft.py puts the parts together.
     """
 
     kv_bytes_per_token: int
@@ -28,8 +30,9 @@ class TierModel:
     prefill_s_per_token: float  # linear part of recomputing a prompt
     prefill_s_per_token_squared: float  # attention part, grows with prompt length
     max_model_len: int
-    l2_hit_fixed_s: float = 0.0  # seconds an L2 hit costs beyond its bytes
+    l2_hit_fixed_s: float = 0.0  # seconds an L2 hit costs beyond its bytes (per request that reads L2)
     replicas_per_node: int = 1  # replicas that share one node's NIC (GPUs per node / tensor_parallel)
+    save_unfull_chunk: bool = SAVE_UNFULL_CHUNK  # LMCache stores the last partial chunk too (kvtier renders False)
 
     def prefill_seconds(self, tokens: int) -> float:
         """Time to recompute `tokens` prompt tokens from scratch."""
@@ -38,11 +41,17 @@ class TierModel:
     def l1_load_seconds(self, tokens: int) -> float:
         return self.l1_load_s_per_token * tokens
 
-    def l2_load_seconds(self, tokens: int, readers: int = 1) -> float:
-        """One L2 hit of `tokens` tokens while `readers` loads (this one included) share the node's NIC."""
+    def l2_read_seconds(self, tokens: int, readers: int = 1) -> float:
+        """The bytes of `tokens` tokens over the node's NIC, shared by `readers` loads (this one included)."""
         if tokens <= 0:
             return 0.0
-        return self.l2_hit_fixed_s + self.l2_load_s_per_token * tokens * max(readers, 1)
+        return self.l2_load_s_per_token * tokens * max(readers, 1)
+
+    def l2_load_seconds(self, tokens: int, readers: int = 1) -> float:
+        """One L2 hit of `tokens` tokens: the per-hit overhead plus its bytes."""
+        if tokens <= 0:
+            return 0.0
+        return self.l2_hit_fixed_s + self.l2_read_seconds(tokens, readers)
 
     @property
     def has_l2(self) -> bool:

@@ -21,11 +21,13 @@ from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
+from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
     from kvtier.config.loader import Config
     from kvtier.config.lob import LineOfBusiness
+    from kvtier.planner.model import TierModel
 
 RULES = {
     "l0": "per replica: GPU memory x gpu_memory_utilization - weights / tensor_parallel - gpu_reserve_gib, "
@@ -34,10 +36,13 @@ RULES = {
     "l2": "every L2 size is decimal GB; curvine: the LOB's l2.budget_gb split equally among its `l2: curvine` endpoints; tieredstorage: "
     "memory_percent of the GPU nodes' RAM split equally among the environment's tieredstorage endpoints",
     "l1_load": "chunk KV / tensor_parallel / the GPU's host-to-GPU bandwidth (each rank copies its shard)",
-    "l2_load": "l2_hit_fixed_s + KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line rate, "
-    "l2_fuse_cap_gbps): every L2 byte crosses the network (Curvine places chunks round-robin, never by locality "
-    "with kvtier's manifests) and the node's concurrent L2 loads share its NIC; single-flow bound: chunk KV / "
-    "(single_flow_gbps / 8)",
+    "l2_load": "an L2 hit = its read (KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line "
+    "rate, l2_fuse_cap_gbps): every L2 byte crosses the network, Curvine places chunks round-robin, never by "
+    "locality with kvtier's manifests, and the node's concurrent L2 loads share its NIC) + l2_hit_fixed_s once per "
+    "hit; single-flow bound: chunk KV / (single_flow_gbps / 8)",
+    "ttft": "TTFT (decode excluded) = prefill of what no tier holds + L1 loads + the L2 read + the L2 hit overhead; "
+    "an L2 hit of a prompt another replica prefilled finds its whole chunks (save_unfull_chunk false), at most "
+    "N - 1 tokens (vLLM computes the last); plan and simulate share this model (kvtier/planner/ttft.py)",
     "recompute": "FLOPs(N) = 2 x params x N + 2 x layers x attention_heads x head_dim x N^2 (" + REF_FLOPS + "), "
     "at tensor_parallel x dense BF16 TFLOPS x prefill_mfu",
     "break_even": "the shortest prefix (whole chunks) whose L2 hit (fixed part + bytes, one reader) is faster "
@@ -124,13 +129,27 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         },
         "recompute": {
             "tokens": prompt_tokens,
-            "seconds": tiers.prefill_seconds(prompt_tokens),
-            "l2_load_seconds": tiers.l2_load_seconds(prompt_tokens) if has_l2 else None,
+            "seconds": cold_ttft(tiers, prompt_tokens).total_s,
             "effective_tflops": speed.prefill_tflops,
             "prefill_mfu": instance.prefill_mfu,
         },
+        "l2_hit": _l2_hit(tiers, prompt_tokens) if has_l2 else None,
         "break_even_tokens": break_even,
         "break_even_note": note,
+    }
+
+
+def _l2_hit(tiers: TierModel, prompt_tokens: int) -> dict[str, Any]:
+    """The prompt read from L2 by a replica that holds none of it (another replica prefilled it): TTFT in parts."""
+    hit = l2_hit_ttft(tiers, prompt_tokens)
+    return {
+        "tokens": prompt_tokens,
+        "read_tokens": round(hit.l2_read_s / tiers.l2_load_s_per_token) if hit.l2_read_s else 0,
+        "read_seconds": hit.l2_read_s,
+        "overhead_seconds": hit.l2_overhead_s,
+        "prefill_seconds": hit.prefill_s,
+        "ttft_seconds": hit.total_s,
+        "speedup": cold_ttft(tiers, prompt_tokens).total_s / hit.total_s,
     }
 
 

@@ -76,9 +76,8 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     )
     row("chunk from L1", [f"{seconds(e['load']['l1_chunk_s'])} at {e['load']['h2d_gbps']:g} GB/s" for e in endpoints])
     row(
-        "chunk from L2 (a hit)",
+        "chunk read from L2",
         [
-            f"{seconds(e['load']['l2_hit_fixed_s'])} + "
             f"{seconds(e['load']['l2_chunk_s'] - e['load']['l2_hit_fixed_s'])} at {e['load']['l2_read_gbps']:.2f} GB/s"
             if e["load"]["l2_chunk_s"] is not None
             else "-"
@@ -87,10 +86,19 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     )
     n = endpoints[0]["recompute"]["tokens"] if endpoints else 0
     row(
-        f"recompute {n:,} tokens",
+        f"TTFT, {n:,} tokens cold",
         [f"{seconds(e['recompute']['seconds'])} at {e['recompute']['effective_tflops']:.0f} TFLOPS" for e in endpoints],
     )
-    row(f"{n:,} tokens from L2", [seconds(e["recompute"]["l2_load_seconds"]) for e in endpoints])
+    hits = [e["l2_hit"] for e in endpoints]
+    row(
+        f"L2 read of {n:,} tokens",
+        [f"{seconds(h['read_seconds'])} ({h['read_tokens']:,} tokens)" if h else "-" for h in hits],
+    )
+    row("L2 hit overhead", [seconds(h["overhead_seconds"]) if h else "-" for h in hits])
+    row(
+        "TTFT of an L2 hit",
+        [f"{seconds(h['ttft_seconds'])} ({h['speedup']:.2f}x)" if h else "-" for h in hits],
+    )
     row(
         "L2 beats recompute from",
         [

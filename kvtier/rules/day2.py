@@ -9,8 +9,8 @@ Refused unless `--allow-replacement`:
   rejects the update; the endpoint must be replaced).
 
 Reported, never refused: an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
-image, ...: kvtier/serving.py). Its pods move to a new, empty L2 directory, so its L2 starts cold; the old one is
-left to the janitor.
+image and its LMCache, ...: kvtier/serving.py). Its pods move to a new, empty L2 directory, so its L2 starts cold;
+the old one is left to the janitor. The notice names each fact that moved, with its old and new value.
 """
 
 from __future__ import annotations
@@ -168,15 +168,34 @@ def cold_starts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, An
             if key not in new or new[key][0] == old_id:
                 continue
             new_id, new_facts = new[key]
-            moved = sorted(k for k in set(old_facts) | set(new_facts) if old_facts.get(k) != new_facts.get(k))
             changes.append(
                 Change(
                     stack,
                     f"endpoint {key[0]}/{key[1]} L2 identity",
                     old_id,
                     new_id,
-                    f"L2 starts cold: {', '.join(moved) or 'its identity'} changed, so its pods write and read a new, "
-                    "empty L2 directory (the old KV is never served); the old directory is left to the janitor",
+                    f"L2 starts cold: {_why(old_facts, new_facts)}, so its pods write and read a new, empty L2 "
+                    "directory (the old KV is never served); the old directory is left to the janitor",
                 )
             )
     return changes
+
+
+# What a changed fact means for the operator reading the notice (the facts: kvtier/serving.py l2_identity_facts).
+FACT_MEANING = {
+    "schema": "kvtier's identity format changed (once, with a kvtier upgrade)",
+    "image": "a new vLLM image",
+    "lmcache": "another LMCache version in the image",
+    "weights": "other weights",
+    "weights_version": "other weights",
+}
+
+
+def _why(old: dict[str, Any], new: dict[str, Any]) -> str:
+    """`<fact> changed (<before> -> <after>: <meaning>)` for every fact that differs; `unset` for an absent one."""
+    parts = []
+    for fact in sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)):
+        values = " -> ".join(json.dumps(f.get(fact)) if fact in f else "unset" for f in (old, new))
+        meaning = FACT_MEANING.get(fact)
+        parts.append(f"{fact} changed ({values}{': ' + meaning if meaning else ''})")
+    return ", ".join(parts) or "its identity changed"

@@ -1,9 +1,10 @@
 """Model shapes: every endpoint's model from the catalog or its LOB file, LOB descriptions that disagree with the
-catalog, and a max_model_len the model cannot serve."""
+catalog, a max_model_len the model cannot serve, and weights an L2 identity can pin."""
 
 from __future__ import annotations
 
 from kvtier.catalog import MODELS, Model
+from kvtier.config.endpoint import HuggingFaceModel
 from kvtier.errors import ConfigError, Problem
 from kvtier.planner.shapes import endpoint_model
 from kvtier.rules.context import Context, Findings, Site
@@ -58,3 +59,31 @@ def check_context_length(site: Site, model: Model, found: Findings) -> bool:
         )
     )
     return False
+
+
+def check_pinned_weights(site: Site, found: Findings) -> None:
+    """With an L2, replicas must agree on the weights: LMCache's key carries neither weights nor config, so replicas
+    started before and after an upstream push to `main` (or a re-upload under one S3 prefix) would read each other's
+    KV as hits and answer wrongly (docs/l2.md). Hugging Face: a commit (`revision`) or an explicit `weights_version`;
+    S3: a `weights_version` (kvtier cannot tell whether a prefix names a version, and objects can be overwritten)."""
+    endpoint = site.endpoint
+    model = endpoint.model
+    if endpoint.cache.l2 == "none" or model.weights_version is not None:
+        return
+    if isinstance(model, HuggingFaceModel):
+        if model.revision is not None:
+            return
+        problem = f"{model.id} is not pinned: with an L2 the tip of `main` can move under running replicas"
+        fix = (
+            "set model.revision to the commit SHA of the weights you tested (the model's Hugging Face page, Files and "
+            "versions, History), or model.weights_version (e.g. 2026-12-01) and bump it whenever `main` moves"
+        )
+        field = "model.revision"
+    else:
+        problem = (
+            f"s3://{model.bucket}/{model.prefix} is not pinned: with an L2 weights re-uploaded under this prefix "
+            "would be read with the old weights' KV"
+        )
+        fix = "set model.weights_version (e.g. the upload date, 2026-12-01) and bump it with every upload"
+        field = "model.weights_version"
+    found.errors.append(Problem(site.file, site.at(field), problem, fix))

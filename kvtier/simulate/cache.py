@@ -96,16 +96,19 @@ class SharedPool:
         if self.next_sweep <= now:
             self.sweep(self.next_sweep)
             period = self.sweep_every_s
-            self.next_sweep += period
-            if self.next_sweep <= now:
+            due = self.next_sweep + period
+            if due <= now:
                 # The later sweeps due see no new write and a pool within its budget (the first one trimmed it):
                 # each only deletes by age, and the last deletes all the others would. Jumping to it keeps a long
-                # quiet gap (a late timestamp, a tiny period) from costing one loop turn per period.
-                last = self.next_sweep + math.floor((now - self.next_sweep) / period) * period
-                while last + period <= now:  # rounding
-                    last += period
-                self._expire(min(last, now))
-                self.next_sweep = last + period
+                # quiet gap (a late timestamp, a tiny period) from costing one loop turn per period; computed, not
+                # stepped, so no loop depends on the period being above the float spacing of `now`.
+                periods = (now - due) / period
+                last = min(due + math.floor(periods) * period, now) if math.isfinite(periods) else now
+                self._expire(last)
+                due = last + period
+            # Below the float spacing of `now`, adding the period moves nothing: the next sweep is then the next
+            # call's (the pool is swept at every event, which is what so short a period means).
+            self.next_sweep = due if due > now else math.nextafter(now, math.inf)
         if self.sweep_every_s <= 0 and self.max_age_s is not None:
             self._expire(now)
 

@@ -23,11 +23,12 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvtier.errors import UsageError
 from kvtier.planner.model import TierModel
+from kvtier.planner.ttft import ttft
 from kvtier.serving import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.simulate.cache import LRU, SharedPool
 from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
@@ -70,6 +71,11 @@ class SimConfig:
             raise UsageError("janitor period and L2 max age must be positive; give seconds > 0 (period 0: always)")
         if not 0 < self.l2_target_fraction <= 1:
             raise UsageError(f"L2 target fraction {self.l2_target_fraction} is outside (0, 1]; give e.g. 0.9")
+
+
+def partial_key(unit: int, chunks: int, chunks_per_unit: int) -> int:
+    """The cache key of the first `chunks` whole chunks of `unit`: negative, so never a trace's (non-negative) id."""
+    return -1 - (unit * chunks_per_unit + chunks)
 
 
 def simulate(
@@ -132,6 +138,10 @@ class _Run:
         self.last_done = 0.0
         # L2 loads in flight per node (their end times): they share the node's NIC (TierModel.l2_load_seconds).
         self.l2_reads: list[list[float]] = [[] for _ in range(-(-replicas // max(model.replicas_per_node, 1)))]
+        # LMCache chunks per simulated unit (2: 256-token chunks in 512-token trace blocks); above 1, a prompt
+        # ending inside a unit stores that unit's whole chunks apart (see `partial_key`).
+        self.chunks_per_unit = max(size // model.chunk_tokens, 1)
+        self.replicas_per_node = max(model.replicas_per_node, 1)
 
     def run(self) -> SimResult:
         trace, config = self.trace, self.config
@@ -199,6 +209,7 @@ class _Run:
         counts = [0, 0, 0, 0]
         tier = -1
         known = 0  # LMCache's own prefix (in L1 or L2): it stores only what follows
+        extra = 0  # tokens of the first missing unit that LMCache holds as whole chunks (a shorter prompt's tail)
         for position, unit in enumerate(units):
             if unit in held0:
                 tier = 0
@@ -210,12 +221,16 @@ class _Run:
                 else:
                     stamp = files.get(unit)
                     if stamp is None:
+                        if self.chunks_per_unit > 1:
+                            extra, tier = self._partial(unit, held1, files, replica, tier)
                         break
                     tier = 2 if stamp[1] == replica else 3
                 if known == position:
                     known += 1
             counts[tier] += 1
         hits = [count * size for count in counts]
+        if extra:
+            hits[tier] += extra
         hit_tokens = sum(hits)
         if hit_tokens > tokens:  # every unit hit: the last one is partial
             hits[tier] -= hit_tokens - tokens
@@ -224,31 +239,43 @@ class _Run:
         for position, amount in enumerate(hits):
             totals[position] += amount
         totals[4] += tokens - hit_tokens
-        model = self.model
-        # vLLM computes at least the last token; the cached prefix still costs attention in the rest.
-        cached = min(hit_tokens, tokens - 1)
-        service = model.prefill_seconds(tokens) - model.prefill_seconds(cached)
-        if hits[1]:
-            service += model.l1_load_seconds(hits[1])
-        if hits[2] or hits[3]:
-            reads = self.l2_reads[replica // max(model.replicas_per_node, 1)]
+        reads = self.l2_reads[replica // self.replicas_per_node] if hits[2] or hits[3] else None
+        if reads is not None:
             reads[:] = [end for end in reads if end > now]
-            load = model.l2_load_seconds(hits[2] + hits[3], readers=len(reads) + 1)
-            reads.append(now + load)
-            service += load
+        parts = ttft(self.model, tokens, hits[0], hits[1], hits[2] + hits[3], len(reads) + 1 if reads else 1)
+        if reads is not None and parts.l2_read_s:
+            reads.append(now + parts.l2_read_s + parts.l2_overhead_s)
+        service = parts.total_s
         done = now + service
         self.busy[replica] += service
         self.ttft.append(done - self.trace.arrival_s[index])
         self.sequence += 1
         heapq.heappush(self.events, (done, self.sequence, replica, index, known))
 
+    def _partial(
+        self, unit: int, held1: Mapping[int, None], files: Mapping[int, tuple[float, int]], replica: int, tier: int
+    ) -> tuple[int, int]:
+        """(tokens, tier) of the whole chunks of `unit` LMCache holds from a prompt that ended inside it; (0, the
+        tier of the units before) when none."""
+        for chunks in range(self.chunks_per_unit - 1, 0, -1):
+            key = partial_key(unit, chunks, self.chunks_per_unit)
+            if key in held1:
+                return chunks * self.model.chunk_tokens, 1
+            stamp = files.get(key)
+            if stamp is not None:
+                return chunks * self.model.chunk_tokens, 2 if stamp[1] == replica else 3
+        return 0, tier
+
     def finish(self, done: float, _sequence: int, replica: int, index: int, known: int) -> None:
         units = self.trace.units[index]
         self.l0[replica].store(units)  # vLLM keeps every block it computed or loaded
-        # LMCache saves whole chunks only (save_unfull_chunk is off), to L1 and L2, past the prefix it already had;
-        # what it loaded from L2 it writes back to L1.
-        if self.trace.tokens[index] % self.trace.unit_tokens:
-            units = units[:-1]
+        # LMCache saves whole chunks (save_unfull_chunk off, as kvtier renders it; kvtier/planner/ttft.py), to L1
+        # and L2, past the prefix it already had; what it loaded from L2 it writes back to L1. A prompt that ends
+        # inside a unit leaves that unit's whole chunks under their own key.
+        tail = self.trace.tokens[index] % self.trace.unit_tokens
+        if tail and not self.model.save_unfull_chunk:
+            chunks = tail // self.model.chunk_tokens if self.chunks_per_unit > 1 else 0
+            units = (*units[:-1], partial_key(units[-1], chunks, self.chunks_per_unit)) if chunks else units[:-1]
         self.l1[replica].store(units)
         self.l2.advance(done)
         self.l2.store(units[known:], replica, done)

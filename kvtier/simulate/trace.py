@@ -10,6 +10,10 @@ from dataclasses import dataclass
 from kvtier.errors import UsageError
 from kvtier.trace import MOONCAKE_BLOCK_TOKENS, Trace
 
+# The latest arrival the simulator accepts, in seconds (about 300 years): there a float still resolves 2 us, so a
+# TTFT is the difference of two times; at 1e300 s it would round to 0.
+MAX_ARRIVAL_S = 1e10
+
 
 @dataclass(frozen=True)
 class UnitTrace:
@@ -44,6 +48,14 @@ def to_units(trace: Trace, chunk_tokens: int, qps_scale: float = 1.0) -> UnitTra
         )
     per_unit = blocks_per_unit(chunk_tokens, trace.block_tokens)
     ordered = sorted(trace.requests, key=lambda r: r.timestamp_ms)  # stable: equal times keep file order
+    if ordered and ordered[-1].timestamp_ms / 1000.0 / qps_scale > MAX_ARRIVAL_S:
+        late = ordered[-1]
+        where = f"{trace.source or '<trace>'}:{late.line}"
+        raise UsageError(
+            f"{where}: timestamp {late.timestamp_ms:g} ms at --qps-scale {qps_scale:g} arrives "
+            f"{late.timestamp_ms / 1000.0 / qps_scale:.3g} s in, beyond {MAX_ARRIVAL_S:g} s; fix the timestamp "
+            "(milliseconds) or give a larger --qps-scale"
+        )
     units: list[tuple[int, ...]] = []
     for request in ordered:
         blocks = request.hash_ids

@@ -5,17 +5,21 @@ The interrupt tests run `kvtier bench` in a real subprocess and send it a real s
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from kvtier.bench.records import Request, RequestRecord
+from kvtier.bench.session import LANE_REQUESTS, Session, Tracker
 from kvtier.bench.testserver import Behaviour, FakeCluster
 from kvtier.cli import main
 
@@ -103,3 +107,147 @@ def test_a_signal_writes_what_finished_and_exits_130(tmp_path: Path, sig: signal
     assert "**Partial run**" in (out / "summary.md").read_text()
     assert "PARTIAL: interrupted by " + sig.name in stdout
     assert "marked partial" in stderr and "Traceback" not in stderr
+
+
+def test_httpcore_finds_sniffio_so_a_lock_costs_no_failed_import() -> None:
+    """httpcore asks sniffio which event loop runs at every connection-pool lock; without the package (anyio 4.16
+    stopped requiring it) each lock re-ran a failing import. Pinned in requirements.txt and pyproject.toml."""
+    import asyncio
+
+    from httpcore._synchronization import current_async_library
+
+    misses: list[str] = []
+
+    class Watch:
+        def find_spec(self, name: str, *_: object) -> None:
+            if name == "sniffio":
+                misses.append(name)
+
+    async def twice() -> tuple[str, str]:
+        return current_async_library(), current_async_library()
+
+    asyncio.run(twice())  # the first import
+    watch = Watch()
+    sys.meta_path.insert(0, watch)
+    try:
+        assert asyncio.run(twice()) == ("asyncio", "asyncio")
+    finally:
+        sys.meta_path.remove(watch)
+    assert misses == []  # imported once, then taken from sys.modules; a missing package is searched every time
+
+
+def _requests(url: str, count: int) -> Iterator[Request]:
+    from kvtier.bench.records import request_body
+
+    for index in range(count):
+        body = request_body("completions", "kvtier/fake-model", f"question {index} " * 20, 4)
+        yield Request("load", url, "completions", body, index, scheduled_ms=0.0)
+
+
+async def _schedule(
+    url: str, count: int, concurrency: int, watch: Callable[[int, Session], None] | None = None
+) -> Session:
+    tracker = Tracker(False, "t")
+    session = Session(timeout_s=30.0, tracker=tracker)
+    async with session:
+
+        def lazily() -> Iterator[Request]:
+            for req in _requests(url, count):
+                if watch is not None:
+                    watch(req.index, session)
+                yield req
+
+        records = await session.schedule(lazily(), concurrency=concurrency)
+        assert len(records) == count and all(r.ok for r in records)
+    return session
+
+
+def test_sixty_four_in_flight_cost_no_quadratic_pool_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore's pool matches every waiting request against every connection each time one is assigned; with 64
+    requests on one client that was ~10,000 connection checks a request, most of the client's CPU at 64 in flight
+    (docs/benchmarks.md, "Bench client CPU"). Spread over lanes of LANE_REQUESTS it stays a few dozen."""
+    from httpcore._async.connection import AsyncHTTPConnection
+
+    checks = [0]
+    original = AsyncHTTPConnection.is_idle
+
+    def counted(self: AsyncHTTPConnection) -> bool:
+        checks[0] += 1
+        return original(self)
+
+    monkeypatch.setattr(AsyncHTTPConnection, "is_idle", counted)
+    count = 256
+    with FakeCluster(1, Behaviour(cold_s=0.02, warm_s=0.02, l2_s=0.02, itl_s=0.002, output_tokens=4)) as c:
+        session = asyncio.run(_schedule(c.urls[0], count, 64))
+    assert len(session.lanes) == 1  # the extra lanes are closed once the work is done
+    assert checks[0] / count < 200, checks[0] / count
+    assert LANE_REQUESTS <= 8
+
+
+def test_a_limited_schedule_reads_its_requests_only_as_slots_free() -> None:
+    """A lazy schedule keeps at most `concurrency` + 1 request bodies alive (the trace replay's 12k bodies were
+    built before the first send)."""
+    ahead: list[int] = []
+
+    def watch(pulled: int, session: Session) -> None:
+        ahead.append(pulled - len(session.records))  # bodies made and not finished, besides the one being made
+
+    with FakeCluster(1, Behaviour(cold_s=0.02, warm_s=0.02, l2_s=0.02, itl_s=0.002, output_tokens=2)) as c:
+        asyncio.run(_schedule(c.urls[0], 64, 4, watch))
+    assert max(ahead) <= 4, max(ahead)
+
+
+def test_the_trace_replay_builds_each_body_when_it_is_due(tmp_path: Path) -> None:
+    from kvtier.bench.prompts import PromptMaker
+    from kvtier.bench.workloads import Context, TraceReplay
+    from kvtier.trace import load_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        "".join(
+            json.dumps({"timestamp": i, "input_length": 600, "output_length": 1, "hash_ids": [i, 10_000 + i]}) + "\n"
+            for i in range(50)
+        )
+    )
+    replay = TraceReplay(url="http://127.0.0.1:9", path=path, requests=load_trace(path).requests, concurrency=2)
+    built: list[int] = []
+
+    class Lazy(Context):
+        def body(self, text: Any, max_tokens: int) -> bytes:
+            built.append(max_tokens)
+            return super().body(text, max_tokens)
+
+    class Watch:
+        async def schedule(self, reqs: Iterable[Request], *, concurrency: int | None) -> list[RequestRecord]:
+            first = next(iter(reqs))
+            assert first.index == 0 and concurrency == 2
+            assert len(built) == 1  # the other 49 bodies do not exist yet
+            return []
+
+    ctx = Lazy("m", "completions", PromptMaker(0, "s"))
+    asyncio.run(replay.run(Watch(), ctx))  # type: ignore[arg-type]
+    assert len(built) == 1
+
+
+def test_a_client_that_falls_behind_is_measured_and_named_in_the_summary() -> None:
+    """A busy client (here: 40 ms of blocking work before each send) wakes late; the session samples how late, and
+    the summary warns that its TTFTs include that delay. An idle client draws no warning."""
+    import dataclasses
+
+    from kvtier.bench.result import BenchResult
+    from kvtier.bench.stats import distribution
+    from kvtier.bench.terminal import CLIENT_LAG_WARN_MS, summary_lines
+
+    def busy(_pulled: int, _session: Session) -> None:
+        time.sleep(0.04)
+
+    with FakeCluster(1, Behaviour(cold_s=0.02, warm_s=0.02, l2_s=0.02, itl_s=0.002, output_tokens=2)) as c:
+        saturated = asyncio.run(_schedule(c.urls[0], 24, 8, busy))
+        idle = asyncio.run(_schedule(c.urls[0], 4, 8))
+    assert max(saturated.loop_lag_ms) > CLIENT_LAG_WARN_MS
+    base = BenchResult("shared-prefix", "2026-12-01T00:00:00+00:00", 1.0, {"salt": "s"}, ["shared-prefix"], [])
+    warned = dataclasses.replace(base, details={"client_loop_lag_ms": distribution(saturated.loop_lag_ms)})
+    text = "\n".join(summary_lines(warned, wide=True))
+    assert "warning: the client was saturated: its event loop ran up to" in text
+    quiet = dataclasses.replace(base, details={"client_loop_lag_ms": distribution(idle.loop_lag_ms or [0.0])})
+    assert "saturated" not in "\n".join(summary_lines(quiet, wide=True))

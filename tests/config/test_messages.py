@@ -14,6 +14,8 @@ from kvtier.config.yamlio import MAX_EXPANDED_VALUES, read_yaml
 from kvtier.errors import ConfigError
 from kvtier.rules import load_checked
 
+RETAIL_COMMIT = "b968826d9c46dd6066d109eabc6255188de91218"  # config/lobs/retail.yaml's pinned revision
+
 
 def _one_line(capsys: pytest.CaptureFixture[str], config_dir: Path) -> str:
     code = cli(["validate", "--config-dir", str(config_dir)])
@@ -45,7 +47,7 @@ def test_a_misspelt_key_inside_an_s3_model_names_the_s3_keys(
     lob = config_copy / "lobs" / "retail.yaml"
     _edit(
         lob,
-        "model: {id: Qwen/Qwen3-8B, source: huggingface, token_secret: null}",
+        "model: {id: Qwen/Qwen3-8B, source: huggingface, token_secret: null, revision: " + RETAIL_COMMIT + "}",
         "model: {id: Qwen/Qwen3-8B, source: s3, bucket: my-models, prefix: qwen3/, regoin: us-west-2}",
     )
     assert _one_line(capsys, config_copy) == (
@@ -74,7 +76,7 @@ def test_yaml_merge_keys_work_and_own_keys_win(config_copy: Path) -> None:
     lob = config_copy / "lobs" / "retail.yaml"
     lob.write_text(
         "name: retail\ngpu_quota: 4\nl2: {budget_gb: 200, max_age_hours: 24}\nendpoints:\n"
-        "  - &first\n    name: qwen3-8b\n    model: {id: Qwen/Qwen3-8B, source: huggingface}\n"
+        "  - &first\n    name: qwen3-8b\n    model: {id: Qwen/Qwen3-8B, source: huggingface, weights_version: v1}\n"
         "    instance_type: ml.g6e.4xlarge\n    replicas: 1\n    max_model_len: 16384\n"
         "  - <<: *first\n    name: qwen3-8b-short\n    max_model_len: 8192\n"
     )

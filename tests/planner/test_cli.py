@@ -62,19 +62,19 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         assert e["l0"]["tokens_per_replica"] == int(kv_gib * GIB // (16 * kv)) * 16
         assert e["l2"]["backend"] == "curvine" and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // kv)
         assert e["load"]["l1_chunk_s"] == pytest.approx(chunk * kv / 25e9)
-        # An L2 hit: 0.12 s fixed + the bytes at the blog's 1.98 GB/s (110.4e6 B in 55.75 ms).
+        # An L2 hit: 0.128 s per hit + the bytes at the blog's 1.98 GB/s (110.4e6 B in 55.75 ms).
         read = 1925 * 57_344 / 0.05575
-        assert e["load"]["l2_hit_fixed_s"] == 0.12
-        assert e["load"]["l2_chunk_s"] == pytest.approx(0.12 + chunk * kv / read, rel=0.01)
+        assert e["load"]["l2_hit_fixed_s"] == 0.128
+        assert e["load"]["l2_chunk_s"] == pytest.approx(0.128 + chunk * kv / read, rel=0.01)
         assert e["load"]["l2_chunk_s_single_flow"] == pytest.approx(chunk * kv / (5e9 / 8))
         assert e["recompute"]["tokens"] == 1925
         flops_linear = 2 * model.params_billion * 1e9
         flops_squared = 2 * model.layers * model.attention_heads * model.head_dim
         peak = 362.05e12 * 0.5
         assert e["recompute"]["seconds"] == pytest.approx((flops_linear * 1925 + flops_squared * 1925**2) / peak)
-        # Break-even by hand: the first whole chunk N with 0.12 s + N x kv / 1.98 GB/s < recompute(N).
+        # Break-even by hand: the first whole chunk N with 0.128 s + N x kv / 1.98 GB/s < recompute(N).
         n = chunk
-        while 0.12 + n * kv / read >= (flops_linear * n + flops_squared * n * n) / peak:
+        while 0.128 + n * kv / read >= (flops_linear * n + flops_squared * n * n) / peak:
             n += chunk
         assert e["break_even_tokens"] == n
 
@@ -207,6 +207,23 @@ def test_plan_of_an_endpoint_without_l2(config_copy: Path, capsys: pytest.Captur
     (endpoint,) = json.loads(capsys.readouterr().out)["endpoints"]
     assert endpoint["l2"]["tokens"] == 0 and endpoint["load"]["l2_chunk_s"] is None
     assert endpoint["break_even_tokens"] is None and endpoint["break_even_note"] == "no L2 for this endpoint"
-    assert endpoint["recompute"]["l2_load_seconds"] is None
+    assert endpoint["l2_hit"] is None
     assert cli(["plan", "--config-dir", str(config_copy)]) == 0
     assert "never" in capsys.readouterr().out
+
+
+def test_plan_shows_the_read_the_overhead_and_the_ttft_of_an_l2_hit_apart(capsys: pytest.CaptureFixture[str]) -> None:
+    """Three labelled rows (one label once held read + overhead), each the TTFT model's part, summing to the TTFT."""
+    assert cli(["plan", "-e", "dev", "--config-dir", str(CONFIG_DIR), "--tokens", "1925"]) == 0
+    rows = {line.strip().split("  ")[0]: line for line in capsys.readouterr().out.splitlines() if "  " in line}
+    for label in ("L2 read of 1,925 tokens", "L2 hit overhead", "TTFT of an L2 hit", "TTFT, 1,925 tokens cold"):
+        assert label in rows, sorted(rows)
+    assert cli(["plan", "-e", "dev", "--config-dir", str(CONFIG_DIR), "--tokens", "1925", "--json"]) == 0
+    (endpoint,) = json.loads(capsys.readouterr().out)["endpoints"]
+    hit = endpoint["l2_hit"]
+    assert hit["read_tokens"] == 1792  # whole 256-token chunks only: kvtier renders save_unfull_chunk false
+    assert hit["overhead_seconds"] == endpoint["load"]["l2_hit_fixed_s"]
+    parts = hit["read_seconds"] + hit["overhead_seconds"] + hit["prefill_seconds"]
+    assert hit["ttft_seconds"] == pytest.approx(parts)
+    assert hit["speedup"] == pytest.approx(endpoint["recompute"]["seconds"] / hit["ttft_seconds"])
+    assert f"{hit['read_seconds'] * 1000:.1f} ms ({hit['read_tokens']:,} tokens)" in rows["L2 read of 1,925 tokens"]

@@ -1,11 +1,10 @@
-"""The L2 hit cost (fixed + per token) against the AWS/Curvine blog's prompt sweep, and one break-even for plan,
-validate and simulate.
+"""One TTFT model (kvtier/planner/ttft.py) against the published measurements in tests/planner/published.py, and one
+break-even and one single-request speedup for plan, validate and simulate.
 
-The blog (CurvineIO/curvine-doc@984dd4d2:blog/2026-08-13-tiered-kv-cache-sagemaker-hyperpod-curvine/index.md,
-"Benchmarking") ran Qwen2-7B-Instruct, TP 1, on two ml.g5.4xlarge nodes: Pod A prefills cold and writes L2, Pod B on
-the other node reads the same prompt from L2; 5 output tokens, serial requests. It reports 0.99x at 500 tokens, 1.7x
-at 1,000, 2.7x at 2,500 (774 ms cold, 287 ms from L2) and 2.2x at 3,000 (490 ms saved). docs/planning.md derives
-the calibration; these tests hold the planner to it.
+The blog timed requests with five output tokens, so what it measured is TTFT plus four decode steps (each reads
+every weight once: weight bytes / GPU memory bandwidth), on both the cold and the cached request. The model keeps
+decode out of TTFT; these tests add it back to compare. docs/planning.md ("Calibration against the blog") derives
+the A10G figures and explains the points outside 15%.
 """
 
 from __future__ import annotations
@@ -19,15 +18,17 @@ from typing import Any
 import pytest
 import yaml
 
+from kvtier.catalog import G5_PREFILL_MFU, GB, L2_HIT_FIXED_S, L2_NETWORK_EFFICIENCY
 from kvtier.cli import main
 from kvtier.planner.model import TierModel
 from kvtier.planner.tiers import tier_model
+from kvtier.planner.ttft import cold_ttft, l2_hit_ttft, l2_speedup
 from kvtier.rules import load_checked
 from kvtier.simulate import SimConfig, Trace, TraceRequest, simulate
+from tests.planner.published import BURST_GBPS, GPUS, MULTI_TURN, READ, SETUP, SWEEP
 
-SPEEDUP = {500: 0.99, 1000: 1.7, 2500: 2.7, 3000: 2.2}
-COLD_2500_S, HIT_2500_S = 0.774, 0.287
-QWEN2 = "Qwen/Qwen2-7B-Instruct"
+QWEN2 = SETUP.model
+WITHIN = 0.15  # every published point within 15%, or explained in docs/planning.md
 
 
 def _endpoint_on(config_dir: Path, instance_type: str, *, max_model_len: int = 16384) -> None:
@@ -51,44 +52,119 @@ def _tiers(config_dir: Path, instance_type: str) -> TierModel:
     return tier_model(load_checked(config_dir, "dev"), "retail", "qwen3-8b")
 
 
-def _blog_ttfts(model: TierModel, tokens: int, rest_s: float) -> tuple[float, float]:
-    """Cold and L2-hit TTFT as the blog measured them: the rest of the request (HTTP, tokenizer, the 5 output tokens)
-    plus a full prefill, or plus an L2 hit of N - 1 tokens and the last token's prefill (LMCache: "need to load:
-    1924" of 1,925)."""
-    cold = rest_s + model.prefill_seconds(tokens)
-    last = model.prefill_seconds(tokens) - model.prefill_seconds(tokens - 1)
-    return cold, rest_s + model.l2_load_seconds(tokens - 1) + last
+def _as_blog_ran(tiers: TierModel, instance_type: str) -> TierModel:
+    """The tier model with the blog's connector (partial chunks stored) and, on an "up to" network, its burst rate."""
+    blog = dataclasses.replace(tiers, save_unfull_chunk=SETUP.save_unfull_chunk, chunk_tokens=SETUP.chunk_tokens)
+    burst = BURST_GBPS.get(instance_type)
+    if burst is None:
+        return blog
+    rate = L2_NETWORK_EFFICIENCY.value * burst / 8 * GB
+    return dataclasses.replace(blog, l2_load_s_per_token=tiers.kv_bytes_per_token / rate)
 
 
-def test_the_blogs_sweep_shape_on_its_own_instance_type(config_copy: Path) -> None:
-    """Tolerances: the fit points (500 and 2,500 tokens, where the blog gives a ratio and milliseconds) within 0.1x and
-    10%; the held-out 1,000-token point within 0.25x (the blog rounds to two digits, one serial run each); at 3,000
-    tokens the blog's read slowed more than linearly ("as cross-node read time grows") and the model is optimistic,
-    so that point is one-sided."""
-    g5 = _tiers(config_copy, "ml.g5.4xlarge")
-    rest = COLD_2500_S - g5.prefill_seconds(2500)  # the blog's cold TTFT minus the planner's prefill
-    assert 0 <= rest < 0.15, rest  # a few decode steps and HTTP, not a second prefill
-    speedup = {}
-    for tokens in SPEEDUP:
-        cold, hit = _blog_ttfts(g5, tokens, rest)
-        speedup[tokens] = cold / hit
-    assert _blog_ttfts(g5, 2500, rest)[1] == pytest.approx(HIT_2500_S, rel=0.1)
-    assert speedup[2500] == pytest.approx(SPEEDUP[2500], abs=0.1)
-    assert speedup[500] == pytest.approx(SPEEDUP[500], abs=0.1)  # no gain at 500 tokens
-    assert speedup[1000] == pytest.approx(SPEEDUP[1000], abs=0.25)  # held out
-    assert speedup[3000] >= SPEEDUP[3000]
-    # The shape: loses or ties below ~500 tokens, wins from 1,000, gains grow with length.
-    assert speedup[500] < 1.1 < speedup[1000] < speedup[2500]
-    assert 500 <= (g5.l2_break_even_tokens() or 0) <= 1000
+def _decode_s(gpu: str) -> float:
+    """The blog's four decode steps after the first token, each reading every weight once (memory bound)."""
+    weights = 2 * 7.6e9  # Qwen2-7B in 16 bits (the catalog's parameter count)
+    return (SETUP.output_tokens - 1) * weights / (GPUS[gpu].memory_gbps * 1e9)
 
 
-def test_without_the_fixed_part_every_chunk_wins(config_copy: Path) -> None:
-    """The old model (bytes only) put the break-even at one chunk and predicted a gain already at 500 tokens."""
-    g5 = dataclasses.replace(_tiers(config_copy, "ml.g5.4xlarge"), l2_hit_fixed_s=0.0)
-    assert g5.l2_break_even_tokens() == g5.chunk_tokens
-    rest = COLD_2500_S - g5.prefill_seconds(2500)
-    cold, hit = _blog_ttfts(g5, 500, rest)
-    assert cold / hit > 1.5  # far from the blog's 0.99x
+def _timed(tiers: TierModel, gpu: str, tokens: int, *, cached: bool, request_s: float = 0.0) -> float:
+    """What the blog's client measured: TTFT + the decode steps + the request's other costs."""
+    first = l2_hit_ttft(tiers, tokens) if cached else cold_ttft(tiers, tokens)
+    return first.total_s + _decode_s(gpu) + request_s
+
+
+@pytest.fixture
+def g5(config_copy: Path) -> TierModel:
+    return _as_blog_ran(_tiers(config_copy, SWEEP.instance_type), SWEEP.instance_type)
+
+
+def test_the_a10g_figures_are_the_ones_the_sweep_implies(g5: TierModel) -> None:
+    """Two numbers, two unknowns: 774 ms cold at 2,500 tokens (four decode steps and the prefill) gives prefill_mfu;
+    287 ms from L2 (decode, the last token, the bytes at the burst rate) leaves the per-hit overhead."""
+    prefill_s = SWEEP.cold_2500_s - _decode_s("A10G")
+    mfu = G5_PREFILL_MFU.value * g5.prefill_seconds(2500) / prefill_s
+    hit = l2_hit_ttft(g5, 2500)
+    overhead = SWEEP.hit_2500_s - _decode_s("A10G") - hit.prefill_s - hit.l2_read_s
+    assert mfu == pytest.approx(G5_PREFILL_MFU.value, rel=0.01)
+    assert overhead == pytest.approx(L2_HIT_FIXED_S.value, rel=0.02)
+    assert g5.l2_hit_fixed_s == L2_HIT_FIXED_S.value
+
+
+def test_the_g5_sweep_within_fifteen_percent_but_3000_tokens(g5: TierModel) -> None:
+    """500, 1,000 and 2,500 tokens within 15%. At 3,000 tokens the blog's hit took 408 ms (490 ms saved at 2.2x),
+    121 ms more than at 2,500 for 500 more tokens (29 MB: 0.24 GB/s at the margin): its read slowed down, "as
+    cross-node read time grows" (the blog), which no per-token rate reproduces; the model is optimistic there."""
+    for tokens, measured in SWEEP.speedup:
+        cold = _timed(g5, "A10G", tokens, cached=False)
+        hit = _timed(g5, "A10G", tokens, cached=True)
+        if tokens == 3000:
+            assert cold == pytest.approx(SWEEP.saved_3000_s * 2.2 / 1.2, rel=WITHIN)  # the cold side still fits
+            assert hit < SWEEP.saved_3000_s / 1.2 * 0.8  # the hit is what the model cannot follow
+            assert cold / hit > measured * (1 + WITHIN)
+        else:
+            assert cold / hit == pytest.approx(measured, rel=WITHIN), tokens
+    assert _timed(g5, "A10G", 2500, cached=False) == pytest.approx(SWEEP.cold_2500_s, rel=0.01)
+    assert _timed(g5, "A10G", 2500, cached=True) == pytest.approx(SWEEP.hit_2500_s, rel=0.01)
+
+
+def test_the_1925_token_read(config_copy: Path) -> None:
+    """The only L2 read timed on its own: 1,925 tokens of Qwen2-7B (110.4e6 B) in 55.75 ms between two G6e nodes."""
+    g6e = _tiers(config_copy, READ.instance_type)
+    assert g6e.l2_read_seconds(READ.tokens) == pytest.approx(READ.seconds, rel=0.01)
+    # plan's row for it is the read alone; the TTFT of that hit adds the overhead and the last token.
+    hit = l2_hit_ttft(dataclasses.replace(g6e, save_unfull_chunk=True), READ.tokens + 1)
+    assert hit.l2_read_s == pytest.approx(READ.seconds, rel=0.01)
+    assert hit.total_s > hit.l2_read_s + g6e.l2_hit_fixed_s
+
+
+def _multi_turn(writer: TierModel, writer_gpu: str, reader: TierModel, reader_gpu: str) -> tuple[list[float], ...]:
+    """Per-turn first pass and replay times, the request's other costs fitted to the first pass's 4.21 s."""
+    cold = [_timed(writer, writer_gpu, n, cached=False) for n in MULTI_TURN.turns]
+    request_s = (MULTI_TURN.first_pass_s - sum(cold)) / len(cold)
+    cold = [c + request_s for c in cold]
+    hit = [_timed(reader, reader_gpu, n, cached=True, request_s=request_s) for n in MULTI_TURN.turns]
+    return cold, hit
+
+
+def test_the_g6e_multi_turn_run_as_captioned_cannot_be_a_cache_effect(config_copy: Path, tmp_path: Path) -> None:
+    """As Figure 4's caption orders them, Pod A (ml.g6e.4xlarge, L40S) wrote and Pod B (ml.g6.16xlarge, L4) replayed.
+    The L4 decodes four steps in 203 ms against the L40S's 70 ms, and prefills at a third of its rate; even with no
+    per-hit overhead at all the replay comes out slower than the first pass, not 1.30x faster. So the blog's gain
+    cannot come from the cache alone under that ordering (docs/planning.md). With the roles the other way round
+    (the L4 wrote, the L40S replayed), the model lands within 15% of the total and the first turn."""
+    l40s = _as_blog_ran(_tiers(config_copy, MULTI_TURN.writer_instance_type), MULTI_TURN.writer_instance_type)
+    # ml.g6.16xlarge is not in the catalog: an L4 at the prefill_mfu of ml.g6e.4xlarge (the catalog's default),
+    # reading at 25 Gbps x 0.794.
+    l4_flops = GPUS["L4"].bf16_dense_tflops / GPUS["L40S"].bf16_dense_tflops
+    l4 = _as_blog_ran(
+        dataclasses.replace(
+            l40s,
+            prefill_s_per_token=l40s.prefill_s_per_token / l4_flops,
+            prefill_s_per_token_squared=l40s.prefill_s_per_token_squared / l4_flops,
+        ),
+        MULTI_TURN.reader_instance_type,
+    )
+    cold, hit = _multi_turn(l40s, "L40S", dataclasses.replace(l4, l2_hit_fixed_s=0.0), "L4")
+    assert sum(cold) / sum(hit) < 1.0 < MULTI_TURN.speedup
+    cold, hit = _multi_turn(l4, "L4", l40s, "L40S")
+    assert sum(cold) / sum(hit) == pytest.approx(MULTI_TURN.speedup, rel=WITHIN)
+    assert cold[0] / hit[0] == pytest.approx(MULTI_TURN.first_turn_speedup, rel=WITHIN)
+
+
+@pytest.mark.parametrize("tokens", [300, 500, 1000, 1925, 2500, 3000, 4096, 8000])
+def test_plan_and_simulate_agree_on_a_single_request_speedup(config_copy: Path, tokens: int) -> None:
+    """Replica 0 prefills a prompt and writes L2; replica 1 reads it. The simulated TTFTs are the model's, with the
+    whole chunks LMCache stores (kvtier renders save_unfull_chunk false: 768 of 1,000 tokens at chunk 256)."""
+    tiers = _tiers(config_copy, "ml.g6e.4xlarge")
+    blocks = tuple(range(-(-tokens // 512)))
+    trace = Trace((TraceRequest(0.0, tokens, 1, blocks), TraceRequest(60_000.0, tokens, 1, blocks)), 512, "t")
+    result = simulate(trace, tiers, SimConfig(routing="roundrobin"))
+    assert result.tokens.l2_other == tokens // 256 * 256
+    cold = cold_ttft(tiers, tokens).total_s
+    warm = 2 * result.ttft_s["mean"] - cold
+    assert cold / warm == pytest.approx(l2_speedup(tiers, tokens), rel=0.05)
+    assert warm == pytest.approx(l2_hit_ttft(tiers, tokens).total_s, rel=1e-9)
 
 
 def _implied_range(g5: TierModel, g6e: TierModel) -> tuple[float, float]:
@@ -153,5 +229,5 @@ def test_a_simulated_cross_replica_l2_hit_pays_off_exactly_past_the_break_even(
     assert result.tokens.l2_other == tokens  # the second request read it all from the other replica's writes
     cold = tiers.prefill_seconds(tokens)  # the first request: nothing cached, no queue
     warm = 2 * result.ttft_s["mean"] - cold
-    assert warm == pytest.approx(tiers.l2_load_seconds(tokens) + cold - tiers.prefill_seconds(tokens - 1))
+    assert warm == pytest.approx(l2_hit_ttft(tiers, tokens).total_s)
     assert (warm < cold) is l2_wins

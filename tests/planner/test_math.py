@@ -238,7 +238,7 @@ def test_l2_shares_split_the_lob_budget(config_copy: Path) -> None:
     path = config_copy / "lobs" / "support.yaml"
     doc = yaml.safe_load(path.read_text())
     second = dict(doc["endpoints"][0], name="mistral-7b", replicas=1)
-    second["model"] = {"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"}
+    second["model"] = {"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface", "weights_version": "t1"}
     doc["endpoints"].append(second)
     doc["gpu_quota"] = 3
     path.write_text(yaml.safe_dump(doc))

@@ -66,7 +66,7 @@ def both(*edits: Edit) -> Edit:
     return run
 
 
-R1_14B = {"id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "source": "huggingface"}
+R1_14B = {"id": "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", "source": "huggingface", "weights_version": "t1"}
 
 
 def l0_tokens(model_id: str, utilization: float = 0.9, tp: int = 1, block: int = 16) -> int:
@@ -117,7 +117,7 @@ def custom_model(attention_heads: int, kv_heads: int, tp: int) -> Callable[[Doc]
             }
         }
         endpoint(doc).update(
-            model={"id": "acme/Model-7B", "source": "huggingface"},
+            model={"id": "acme/Model-7B", "source": "huggingface", "weights_version": "t1"},
             instance_type="ml.g6e.12xlarge",
             tensor_parallel=tp,
             replicas=1,
@@ -143,10 +143,14 @@ CASES = [
     Case(
         "model neither in catalog nor in the LOB file",
         "dev",
-        retail(lambda d: endpoint(d).update(model={"id": "acme/Unknown-7B", "source": "huggingface"})),
+        retail(
+            lambda d: endpoint(d).update(
+                model={"id": "acme/Unknown-7B", "source": "huggingface", "weights_version": "t1"}
+            )
+        ),
         retail(
             lambda d: (
-                endpoint(d).update(model={"id": "acme/Unknown-7B", "source": "huggingface"}),
+                endpoint(d).update(model={"id": "acme/Unknown-7B", "source": "huggingface", "weights_version": "t1"}),
                 d.update(
                     models={
                         "acme/Unknown-7B": {
@@ -167,14 +171,18 @@ CASES = [
     Case(
         "weights larger than the GPU at this tensor parallelism",
         "dev",
-        retail(lambda d: endpoint(d).update(model={"id": "Qwen/Qwen3-32B", "source": "huggingface"})),
+        retail(
+            lambda d: endpoint(d).update(
+                model={"id": "Qwen/Qwen3-32B", "source": "huggingface", "weights_version": "t1"}
+            )
+        ),
         both(
             dev_env(lambda d: gpu_group(d).update(instance_type="ml.g6e.12xlarge", count=1)),
             retail(
                 lambda d: (
                     d.update(gpu_quota=4),  # one TP 2 replica and its rolling-update pod
                     endpoint(d).update(
-                        model={"id": "Qwen/Qwen3-32B", "source": "huggingface"},
+                        model={"id": "Qwen/Qwen3-32B", "source": "huggingface", "weights_version": "t1"},
                         instance_type="ml.g6e.12xlarge",
                         tensor_parallel=2,
                         replicas=1,
@@ -488,7 +496,11 @@ WARNINGS = [
                         endpoint(d),
                         name="mistral-7b",
                         replicas=1,
-                        model={"id": "mistralai/Mistral-7B-Instruct-v0.3", "source": "huggingface"},
+                        model={
+                            "id": "mistralai/Mistral-7B-Instruct-v0.3",
+                            "source": "huggingface",
+                            "weights_version": "t1",
+                        },
                     )
                 ),
             )

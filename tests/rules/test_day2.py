@@ -10,9 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from kvtier import serving
 from kvtier.cli import main as cli
+from kvtier.config.endpoint import DEFAULT_IMAGES
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
 from kvtier.rules.day2 import CURVINE_MASTERS, IEC_KIND, cold_starts, compare, manifests
+from kvtier.versions import OPERATOR_LMCACHE_VERSION, OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 from tests.support import Synth
 
 
@@ -199,3 +202,47 @@ def test_broken_previous_synth_is_refused_before_synthesizing(
     (tmp_path / "manifest.json").write_text("{not json")
     assert cli(["validate", "--previous", str(tmp_path)]) == 2
     assert "not readable as a CDK synth output" in capsys.readouterr().err
+
+
+def test_the_notice_says_what_moved_from_what_to_what() -> None:
+    before = [_with_identity(IEC, "aaaaaaaaaaaa", schema=2, image="a:1", lmcache="0.3.9.post2", weights="c1")]
+    after = [_with_identity(IEC, "bbbbbbbbbbbb", schema=2, image="a:2", weights="c1", weights_version="v2")]
+    [change] = cold_starts({"p": _template(objects=before)}, {"p": _template(objects=after)})
+    assert change.why.startswith(
+        'L2 starts cold: image changed ("a:1" -> "a:2": a new vLLM image), lmcache changed ("0.3.9.post2" -> unset: '
+        'another LMCache version in the image), weights_version changed (unset -> "v2": other weights), so its pods'
+    )
+
+
+def test_an_image_change_names_the_image_and_its_lmcache_on_real_synths(
+    dev: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = "registry.example/vllm@sha256:" + "b" * 64
+    path = config_copy / "lobs" / "retail.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["endpoints"][0]["image"] = image
+    path.write_text(yaml.safe_dump(data))
+    assert cli(["validate", "--config-dir", str(config_copy), "--previous", str(dev.outdir)]) == 0
+    err = capsys.readouterr().err
+    assert "notice: kvtier-dev-retail: endpoint kvtier-retail/qwen3-8b L2 identity" in err
+    assert (
+        f'L2 starts cold: image changed ("{OPERATOR_VLLM_IMAGE}" -> "{image}": a new vLLM image), lmcache changed '
+        f'("{OPERATOR_LMCACHE_VERSION}" -> unset: another LMCache version in the image), so its pods'
+    ) in err.replace("\n", " ")
+
+
+def test_a_standalone_pin_bump_starts_only_standalone_endpoints_cold(
+    prod: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a kvtier release that moves the standalone image and LMCache pin tells the operator: the standalone
+    endpoint starts cold, the operator endpoints (their image is the operator's) keep their warm L2."""
+    bumped = "lmcache/vllm-openai:v0.5.6"
+    monkeypatch.setitem(DEFAULT_IMAGES, "standalone", bumped)
+    versions = {k: v for k, v in serving.IMAGE_LMCACHE_VERSIONS.items() if k != STANDALONE_VLLM_IMAGE}
+    monkeypatch.setattr(serving, "IMAGE_LMCACHE_VERSIONS", {**versions, bumped: "0.5.6"})
+    assert cli(["validate", "-e", "prod", "--config-dir", str(config_copy), "--previous", str(prod.outdir)]) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines() if line.startswith("notice:")]
+    assert len(notices) == 1, notices
+    assert notices[0].startswith("notice: kvtier-prod-support: endpoint kvtier-support/llama31-8b L2 identity")
+    assert f'image changed ("{STANDALONE_VLLM_IMAGE}" -> "{bumped}"' in notices[0]
+    assert 'lmcache changed ("0.4.3" -> "0.5.6"' in notices[0]

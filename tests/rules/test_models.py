@@ -140,3 +140,62 @@ def test_an_eks_endpoint_open_to_the_internet_warns(config_copy: Path, capsys: p
     )
     assert cli(["validate", "--config-dir", str(config_copy)]) == 0
     assert f"warning: {env}: eks.public_access_cidrs[0]: 0.0.0.0/0 opens" in capsys.readouterr().err
+
+
+def _model(config_dir: Path, lob: str, **model: object) -> Path:
+    """Replace the first endpoint's model of `lob` (None drops a key)."""
+    path = config_dir / "lobs" / f"{lob}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    merged = {**doc["endpoints"][0]["model"], **model}
+    doc["endpoints"][0]["model"] = {k: v for k, v in merged.items() if v is not None}
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+def test_the_shipped_configs_pin_their_weights(config_copy: Path) -> None:
+    """Issue 24: every shipped endpoint with an L2 names a commit or a weights version, and dropping it fails."""
+    for env in ("dev", "prod", "byoc"):
+        for lob in load_checked(config_copy, env).lobs:
+            for endpoint in lob.endpoints:
+                model = endpoint.model
+                assert getattr(model, "revision", None) or model.weights_version, (env, lob.name, endpoint.name)
+    hf = _model(config_copy, "retail", revision=None)
+    assert _errors(config_copy) == [
+        f"{hf}: endpoints[0].model.revision: Qwen/Qwen3-8B is not pinned: with an L2 the tip of `main` can move under "
+        "running replicas; set model.revision to the commit SHA of the weights you tested (the model's Hugging Face "
+        "page, Files and versions, History), or model.weights_version (e.g. 2026-12-01) and bump it whenever `main` "
+        "moves"
+    ]
+    _model(config_copy, "retail", weights_version="2026-12-01")  # an explicit version pins it as well
+    load_checked(config_copy, "dev")
+
+
+def test_an_s3_model_needs_a_weights_version(config_copy: Path) -> None:
+    s3 = _model(config_copy, "search", weights_version=None)
+    with pytest.raises(ConfigError) as caught:
+        load_checked(config_copy, "prod")
+    assert [str(p) for p in caught.value.problems] == [
+        f"{s3}: endpoints[0].model.weights_version: s3://acme-ml-models/qwen2.5-7b-instruct is not pinned: with an L2 "
+        "weights re-uploaded under this prefix would be read with the old weights' KV; set model.weights_version "
+        "(e.g. the upload date, 2026-12-01) and bump it with every upload"
+    ]
+
+
+def test_without_an_l2_the_weights_need_no_pin(config_copy: Path) -> None:
+    _model(config_copy, "retail", revision=None)
+    _retail(config_copy, cache={"l1_gb": 20, "l2": "none", "chunk_size": 256})
+    load_checked(config_copy, "dev")
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "B968826D9C46DD6066D109EABC6255188DE91218", "b968826"])
+def test_a_revision_that_is_not_a_commit_is_one_line(
+    revision: str, config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lob = _model(config_copy, "retail", revision=revision)
+    assert cli(["validate", "--config-dir", str(config_copy)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"kvtier validate: {lob}: endpoints[0].model.revision: '{revision}' is not a commit (a branch or tag can move, "
+        "and the L2 would mix KV of two builds); use the 40-hex commit SHA from the model's Hugging Face page (Files "
+        "and versions, History)"
+    )

@@ -85,7 +85,10 @@ MUTATIONS: st.SearchStrategy[Mutation] = st.one_of(
         lambda u: (f"gpu_memory_utilization {u}", _retail_endpoint(lambda e: e.update(gpu_memory_utilization=u)))
     ),
     MODEL_IDS.map(
-        lambda m: (f"model {m}", _retail_endpoint(lambda e: e.update(model={"id": m, "source": "huggingface"})))
+        lambda m: (
+            f"model {m}",
+            _retail_endpoint(lambda e: e.update(model={"id": m, "source": "huggingface", "weights_version": "t1"})),
+        )
     ),
     st.sampled_from(["ml.g6e.8xlarge", "ml.g6e.12xlarge", "ml.p5.48xlarge", "ml.m5.xlarge"]).map(
         lambda t: (f"instance_type {t}", _retail_endpoint(lambda e: e.update(instance_type=t)))

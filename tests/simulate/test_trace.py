@@ -123,6 +123,12 @@ def test_all_strategies_replay_the_sample_within_seconds(sample: Trace) -> None:
         assert result.ttft_s["p50"] <= result.ttft_s["p90"] <= result.ttft_s["p99"]
 
 
+def _sized(model: TierModel, tier: str, size: int) -> TierModel:
+    if tier == "l0_tokens":
+        return dataclasses.replace(model, l0_tokens=size)
+    return dataclasses.replace(model, l1_tokens=size)
+
+
 @pytest.mark.parametrize("routing", ["roundrobin", "session"])
 def test_a_larger_lru_tier_never_lowers_the_hit_rate_on_the_sample(sample: Trace, routing: str) -> None:
     units = to_units(sample, EXAMPLE.chunk_tokens)
@@ -130,7 +136,7 @@ def test_a_larger_lru_tier_never_lowers_the_hit_rate_on_the_sample(sample: Trace
     config = SimConfig(routing=routing)
     for tier in ("l0_tokens", "l1_tokens"):
         rates = [
-            simulate(units, dataclasses.replace(model, **{tier: size}), config).hit_rate()
+            simulate(units, _sized(model, tier, size), config).hit_rate()
             for size in (0, 16_384, 65_536, 262_144, 1_048_576)
         ]
         assert rates == sorted(rates), f"{tier}: {rates}"
