@@ -22,7 +22,8 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-client crds clean promtool
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-client crds clean promtool \
+	fuse bench-janitor
 
 # The first synth or test of a clone installs for a minute or two before it does what was asked: say so up front
 # (scripts/install-venv.sh then prints each step, and a line every 8 s while one runs).
@@ -45,8 +46,10 @@ help:
 	@echo "make bench-setup  time a fresh make setup in a fresh clone, step by step, write docs/benchmarks.md"
 	@echo "make bench-sim    time kvtier simulate and the replay (SIM_TRACE=...), write docs/benchmarks.md"
 	@echo "make bench-client client CPU per request, kvtier bench vs vllm bench serve (engine venv), write docs/benchmarks.md"
+	@echo "make bench-janitor one janitor pass over 1,000,000 files: time and memory, write docs/benchmarks.md"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
+	@echo "make fuse         install fusermount3 and libfuse3 (Debian fuse3) where missing, for the L2 fault tests"
 	@echo "make clean        remove cdk.out/, dist/ and the tool caches"
 	@echo "make help         this list"
 
@@ -90,6 +93,12 @@ promtool:
 	@command -v promtool >/dev/null || (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null) || \
 		echo "promtool could not be installed: the rule tests will skip (outside CI)"
 
+# fusermount3 and libfuse3 (Debian's `fuse3`) for the fault-injecting FUSE mount of the L2 tests
+# (tests/k8s/curvine/faultfs.py); installed only where missing (tests skip without it outside CI, fail under CI).
+fuse:
+	@command -v fusermount3 >/dev/null || (apt-get update -qq && apt-get install -y -qq fuse3 >/dev/null) || \
+		echo "fuse3 could not be installed: the FUSE fault tests will skip (outside CI)"
+
 # With several stacks the CDK CLI ends `synth --quiet` with an info line "Supply a stack id (...) to display its
 # template" (aws-cdk 2.1148.1 lib/cli/cdk-toolkit.js `synth`): not useful here, so it is dropped; cdk's exit code stays.
 synth: setup
@@ -103,7 +112,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # -p tests.heartbeat: a line after 6 s of silence (collection, a long test), so a CI log never looks hung.
-pytest: setup promtool $(CHECKOV_VENV)/.installed $(VENV)/.compiled
+pytest: setup promtool fuse $(CHECKOV_VENV)/.installed $(VENV)/.compiled
 	$(PY) -m pytest -p tests.heartbeat
 
 # Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its
@@ -119,7 +128,7 @@ test: setup
 	if [ "$$rc" != 0 ]; then echo "make test: pytest failed (exit $$rc)"; fi; \
 	[ "$$rc" = 0 ] && [ "$$lint_rc" = 0 ]
 
-test-engine: setup promtool
+test-engine: setup promtool fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
 	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine
@@ -140,6 +149,9 @@ bench-sim: setup
 # Needs the engine venv (make test-engine builds it) for vllm bench serve.
 bench-client: setup
 	$(PY) -m tools.benchclient --engine-python $(ENGINE_VENV)/bin/python --output docs/benchmarks.md
+
+bench-janitor: setup
+	$(PY) -m tools.benchjanitor --files 1000000 --output docs/benchmarks.md
 
 crds:
 	bash scripts/fetch-crds.sh

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from kvtier.planner.model import TierModel
 
@@ -123,3 +125,27 @@ def lob_helpers_chart(env: Environment, claim_namespace: str | None = None) -> K
     )
     add_healer_access(chart, "healer", "kvtier-retail")
     return chart
+
+
+def many_lobs(
+    target: Path, count: int, base: str = "prod", name: str | None = None, gpu_nodes: int | None = None
+) -> Path:
+    """A copy of config/ with environment `name` (default `lobs<count>`): `base` with `count` LOBs copied in turn from its own (each
+    with its shipped settings, renamed), and enough GPU nodes for their replicas and gpu_quota. Returns the folder."""
+    shutil.copytree(CONFIG_DIR, target)
+    env = yaml.safe_load((target / "environments" / f"{base}.yaml").read_text())
+    templates = [yaml.safe_load((target / "lobs" / f"{name}.yaml").read_text()) for name in env["lobs"]]
+    names, quota = [], 0
+    for i in range(count):
+        lob = {**templates[i % len(templates)], "name": f"lob{i:02d}"}
+        quota += lob["gpu_quota"]
+        names.append(lob["name"])
+        (target / "lobs" / f"{lob['name']}.yaml").write_text(yaml.safe_dump(lob, sort_keys=False))
+    for group in env["hyperpod"]["instance_groups"]:
+        if group["role"] == "gpu":
+            # One GPU per node (ml.g6e.4xlarge): every quota fits, rolling updates too.
+            group["count"] = gpu_nodes or quota
+    name = name or f"lobs{count}"
+    env |= {"name": name, "lobs": names}
+    (target / "environments" / f"{name}.yaml").write_text(yaml.safe_dump(env, sort_keys=False))
+    return target

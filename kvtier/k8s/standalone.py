@@ -43,7 +43,9 @@ from kvtier.sizing import worker_size
 CONFIG_DIR = "/etc/lmcache"
 CONFIG_FILE = "lmcache.yaml"
 MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk
-KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}  # vLLM's registered connector
+# vLLM's registered connector. A chunk LMCache found but cannot read (an L2 read that fails or times out) is computed
+# again instead of failing the request: vLLM's default policy is "fail" (docs/references.md "issue 22").
+KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
 SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the pod's memory limit
 # Startup covers the weight download and load: 180 x 10 s = 30 minutes before the kubelet restarts the pod.
 STARTUP_FAILURES = 180

@@ -82,6 +82,7 @@ def test_engine_deployment(prod: Config) -> None:
     assert json.loads(args[args.index("--kv-transfer-config") + 1]) == {
         "kv_connector": "LMCacheConnectorV1",
         "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",  # an L2 chunk that cannot be read is computed again (issue 22)
     }
     env = {e["name"]: e for e in container["env"]}
     assert env["LMCACHE_CONFIG_FILE"]["value"] == "/etc/lmcache/lmcache.yaml"

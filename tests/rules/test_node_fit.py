@@ -13,6 +13,7 @@ from kvtier.catalog import INSTANCE_TYPES
 from kvtier.errors import ConfigError
 from kvtier.rules import load_checked
 from kvtier.sizing import allocatable, kube_reserved_cpu_millis, kube_reserved_memory_mib
+from tests.support import many_lobs
 
 
 def use_instance(config_dir: Path, instance_type: str) -> None:
@@ -37,11 +38,11 @@ def test_a_g6e_2xlarge_gpu_group_with_curvine_is_rejected_with_the_numbers(confi
     message = found[0]
     assert "environments/dev.yaml: hyperpod.instance_groups[1].instance_type: " in message
     # 8 vCPU - 90m kube-reserved = 7.91; vLLM 4 (half the vCPUs) + worker 2 + FUSE 2 + CSI node 0.07 + healer 0.05
-    # + 1 janitor 0.1 + other DaemonSets 0.965 = 9.185.
+    # + 1 janitor 0.01 + other DaemonSets 0.965 = 9.095.
     for words in (
         "a ml.g6e.2xlarge node can allocate 7.91 CPU (8 vCPU - 0.09 kube-reserved)",
-        "requests 9.185 CPU (vLLM (1 x retail/qwen3-8b) 4, Curvine worker 2, FUSE 2, CSI node 0.07, L2 healer 0.05, "
-        "L2 janitors x1 0.1, other DaemonSets 0.965)",
+        "requests 9.095 CPU (vLLM (1 x retail/qwen3-8b) 4, Curvine worker 2, FUSE 2, CSI node 0.07, L2 healer 0.05, "
+        "L2 janitors x1 0.01, other DaemonSets 0.965)",
         "not enough CPU",
         "the kubelet rejects the FUSE pod",
     ):
@@ -67,3 +68,12 @@ def test_kube_reserved_memory_is_the_eks_ami_formula() -> None:
     node = allocatable(INSTANCE_TYPES["ml.g6e.4xlarge"])
     assert node.max_pods == 234
     assert node.reserved_memory_bytes == (2829 + 100) * 1024**2
+
+
+def test_fifty_lobs_with_their_shipped_settings_fit_ml_g6e_4xlarge(tmp_path: Path) -> None:
+    """The product's promise: a stack per line of business. Fifty of them (prod's LOBs, copied in turn) each add a
+    janitor that the worst case places on one GPU node; requests of 10m CPU keep that within the node."""
+    config = many_lobs(tmp_path / "config", 50)
+    checked = load_checked(config, "lobs50")
+    assert len(checked.env.lobs) == 50
+    assert {g.instance_type for g in checked.env.groups("gpu")} == {"ml.g6e.4xlarge"}

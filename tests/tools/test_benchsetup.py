@@ -26,5 +26,6 @@ def test_every_step_is_a_make_target() -> None:
 def test_steps_are_what_setup_and_pytest_install() -> None:
     setup_steps = {target for target, _ in STEPS if target != "setup"}
     assert setup_steps == _prerequisites("setup")
-    assert {target for target, _ in TEST_ONLY} == _prerequisites("pytest") - {"setup", "promtool"}
+    # promtool and fuse install Debian packages where missing: not part of a timed set-up.
+    assert {target for target, _ in TEST_ONLY} == _prerequisites("pytest") - {"setup", "promtool", "fuse"}
     assert set(INSTALLS) <= setup_steps

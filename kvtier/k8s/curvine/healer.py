@@ -2,8 +2,10 @@
 controllers recreate them with a live mount (docs/l2.md "When a FUSE mount dies").
 
 The logic is scripts/l2_healer.py, run by the Curvine runtime image's python3. It reads the kubelet's pod volume
-directories (read-only) and may delete pods only in the LOB namespaces, each of which grants that in a Role bound by
-`add_healer_access` (RBAC cannot name a namespace pattern, so there is no cluster-wide grant).
+directories (read-only) and may remove pods only in the LOB namespaces, each of which grants that in a Role bound by
+`add_healer_access` (RBAC cannot name a namespace pattern, so there is no cluster-wide grant). A
+ValidatingAdmissionPolicy (`guard_objects`) lets the API server refuse any pod delete by the healer unless the pod holds
+the L2 claim, and admits its evictions only as dry runs (the PodDisruptionBudget check before the delete).
 """
 
 from __future__ import annotations
@@ -17,27 +19,52 @@ from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest, env_var, field_env
 from kvtier.k8s.curvine.scripts import HEALER, script_text
+from kvtier.k8s.namespace import LOB_LABEL
 from kvtier.k8s.placement import placement
-from kvtier.naming import lob_namespace
 from kvtier.serving import L2_CLAIM
 from kvtier.sizing import HEALER_RESOURCES
 
 PODS_DIR = f"{names.KUBELET_DIR}/pods"
 SCRIPT_DIR = "/opt/kvtier/healer"
 INTERVAL_SECONDS = 15
-# Only what the healer needs in a LOB namespace: find the pods on its node (list) and delete the broken ones.
-ACCESS_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+# Only what the healer needs in a LOB namespace: find the pods on its node (list), ask whether a PodDisruptionBudget
+# allows removing one (an Eviction dry run) and delete it (the guard admits only pods that hold the L2 claim).
+ACCESS_RULES: list[dict[str, Any]] = [
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
+    {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+]
+# In its own namespace: how many healers report at once (the brake reads their readiness).
+BRAKE_RULES: list[dict[str, Any]] = [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+DEAD_CHECKS = 2  # checks in a row a mount answers ENOTCONN before its pods go (15-30 s)
+ENDPOINT_INTERVAL_SECONDS = 300  # at most one pod per endpoint per node per 5 minutes
+BRAKE_SHARE = 0.3  # hold when more than 30% of the healers (and at least BRAKE_MIN_NODES) report at once
+BRAKE_MIN_NODES = 2
+GUARD = "kvtier-l2-healer-guard"
+
+
+def healer_service_account() -> str:
+    return f"system:serviceaccount:{names.NAMESPACE}:{names.HEALER}"
 
 
 def healer_args(env: Environment) -> list[str]:
+    labels = names.component_labels("l2-healer")
     return [
         f"--pods-dir={PODS_DIR}",
         f"--driver={names.CSI_DRIVER}",
         f"--claim={L2_CLAIM}",
-        *(f"--namespace={lob_namespace(lob)}" for lob in env.lobs),
+        # The LOB namespaces are looked up at run time: adding a LOB changes no platform object (docs/l2.md).
+        f"--namespace-selector={LOB_LABEL}",
         f"--interval-seconds={INTERVAL_SECONDS}",
         "--stat-timeout-seconds=5",
-        "--hung-checks=3",
+        f"--dead-checks={DEAD_CHECKS}",
+        *(f"--master-url={names.master_web_url(i)}" for i in range(env.curvine.masters)),
+        # The FUSE pods use the host network (names.FUSE_WEB_PORT); the kubelet expands $(HOST_IP).
+        f"--fuse-health-url=http://$(HOST_IP):{names.FUSE_WEB_PORT}/healthz",
+        f"--endpoint-interval-seconds={ENDPOINT_INTERVAL_SECONDS}",
+        f"--brake-share={BRAKE_SHARE:g}",
+        f"--brake-min-nodes={BRAKE_MIN_NODES}",
+        f"--healer-namespace={names.NAMESPACE}",
+        "--healer-selector=" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())),
         f"--health-port={names.HEALER_HEALTH_PORT}",
     ]
 
@@ -74,6 +101,7 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
         "args": healer_args(env),
         "env": [
             field_env("NODE_NAME", "spec.nodeName"),
+            field_env("HOST_IP", "status.hostIP"),
             env_var("PYTHONDONTWRITEBYTECODE", "1"),
             env_var("PYTHONUNBUFFERED", "1"),
         ],
@@ -100,6 +128,10 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
         ],
     }
+    _role(chart, "brake", names.NAMESPACE, BRAKE_RULES)
+    _namespace_reader(chart)
+    for key, manifest in guard_objects().items():
+        api_object(chart, key, manifest)
     api_object(
         chart,
         "daemonset",
@@ -132,13 +164,65 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
     return chart
 
 
-def add_healer_access(chart: cdk8s.Chart, id: str, namespace: str) -> None:
-    """Let the healer list and delete pods in one LOB namespace (a Role and a RoleBinding there)."""
+def guard_objects() -> dict[str, dict[str, Any]]:
+    """The server-side guard: the healer's pod deletes must hold the L2 claim, its evictions must be dry runs.
+    On a DELETE the API server gives the policy the pod as `oldObject`; on an eviction only the Eviction object (the
+    eviction handler deletes the pod without admission), so a real eviction could not be checked (docs/references.md
+    "Issue 22")."""
+    holds_claim = (
+        "has(oldObject.spec.volumes) && oldObject.spec.volumes.exists(v, has(v.persistentVolumeClaim) && "
+        f"v.persistentVolumeClaim.claimName == '{L2_CLAIM}')"
+    )
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": GUARD},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["pods"]},
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods/eviction"],
+                    },
+                ]
+            },
+            "matchConditions": [
+                {
+                    "name": "only-the-l2-healer",
+                    "expression": f"request.userInfo.username == '{healer_service_account()}'",
+                }
+            ],
+            "validations": [
+                {
+                    "expression": f"request.subResource == 'eviction' || ({holds_claim})",
+                    "message": f"the L2 healer may delete only pods that hold the claim {L2_CLAIM}",
+                },
+                {
+                    "expression": "request.subResource != 'eviction' || request.dryRun == true",
+                    "message": "the L2 healer may only dry-run evictions (a PodDisruptionBudget check before a delete)",
+                },
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": GUARD},
+        "spec": {"policyName": GUARD, "validationActions": ["Deny"]},
+    }
+    return {"guard-policy": policy, "guard-binding": binding}
+
+
+def _role(chart: cdk8s.Chart, id: str, namespace: str, rules: list[dict[str, Any]]) -> None:
     metadata = {"name": names.HEALER, "namespace": namespace}
     api_object(
         chart,
         f"{id}-role",
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": metadata, "rules": ACCESS_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": metadata, "rules": rules},
     )
     api_object(
         chart,
@@ -151,3 +235,34 @@ def add_healer_access(chart: cdk8s.Chart, id: str, namespace: str) -> None:
             "subjects": [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": names.NAMESPACE}],
         },
     )
+
+
+def _namespace_reader(chart: cdk8s.Chart) -> None:
+    """List namespaces (names and labels only; no access to anything in them): which are LOB namespaces now."""
+    metadata = {"name": names.HEALER}
+    api_object(
+        chart,
+        "namespaces-role",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": metadata,
+            "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}],
+        },
+    )
+    api_object(
+        chart,
+        "namespaces-binding",
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": metadata,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": names.HEALER},
+            "subjects": [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": names.NAMESPACE}],
+        },
+    )
+
+
+def add_healer_access(chart: cdk8s.Chart, id: str, namespace: str) -> None:
+    """Let the healer list, dry-run-evict and delete L2 pods in one LOB namespace (a Role and a RoleBinding there)."""
+    _role(chart, id, namespace, ACCESS_RULES)

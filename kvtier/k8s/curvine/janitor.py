@@ -22,6 +22,8 @@ from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_RESOURCES, JANITOR_T
 
 TMP_MAX_AGE_MINUTES = 60  # LMCache renames `<file>.tmp` as soon as the write ends: an hour-old one was interrupted
 UNUSED_GRACE_MINUTES = 60  # a directory no endpoint names goes only after this (a new endpoint may precede its config)
+PROBE_MAX_FILES = 5000  # files read for lost blocks per pass at most (about 10-20 s through FUSE at 2-4 ms a file)
+PROBE_SECONDS = 10  # and at most this long: a pass stays well inside the 30 s interval and the liveness window
 METRICS_PORT = 9400  # /metrics and /healthz (the observability rules read the names in the script)
 SCRIPT_DIR = "/opt/kvtier/janitor"
 COMPONENT = "l2-janitor"  # value of kvtier.io/component
@@ -43,6 +45,10 @@ def janitor_args(
         f"--unused-grace-minutes={UNUSED_GRACE_MINUTES}",
         *(f"--in-use={directory}" for directory in sorted(set(in_use))),
         *masters,
+        # Lost-block probing after the budget step, bounded per pass, its progress kept on the volume (docs/l2.md).
+        "--keep-state",
+        f"--probe-max-files={PROBE_MAX_FILES}",
+        f"--probe-seconds={PROBE_SECONDS}",
         f"--interval-seconds={JANITOR_INTERVAL_SECONDS}",
         f"--metrics-port={METRICS_PORT}",
     ]

@@ -30,7 +30,7 @@ from kvtier.k8s.curvine import (
 )
 from kvtier.k8s.curvine.cluster import master_max_unavailable, raft_quorum
 from kvtier.k8s.curvine.janitor import SCRIPT_DIR
-from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, l2_janitor, script_text
+from kvtier.k8s.curvine.scripts import JANITOR, MASTER_INIT, l2_healer, l2_janitor, script_text
 from kvtier.k8s.curvine.volumes import fuse_parameters
 from kvtier.k8s.placement import placement
 from kvtier.rules import load_checked
@@ -106,6 +106,7 @@ def test_charts_come_in_apply_order() -> None:
 @pytest.mark.parametrize("name", ["dev", "prod"])
 def test_namespaced_objects_are_in_the_curvine_namespace(name: str) -> None:
     cluster_scoped = {"Namespace", "StorageClass", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
+    cluster_scoped |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # the healer's guard
     for obj in objects(name):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["kind"]
@@ -276,11 +277,11 @@ def test_rbac_is_least_privilege(name: str) -> None:
     node_ns = find(objs, "Role", names.CSI_NODE)
     assert node_ns["metadata"]["namespace"] == names.NAMESPACE
     accounts = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceAccount"}
-    bound = {s["name"] for o in objs if o["kind"].endswith("Binding") for s in o["subjects"]}
-    assert bound == {names.CSI_CONTROLLER, names.CSI_NODE}
+    bound = {s["name"] for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in o["subjects"]}
+    # The healer's own Role here only lists pods (its brake); its LOB Roles live in the LOB namespaces.
+    assert bound == {names.CSI_CONTROLLER, names.CSI_NODE, names.HEALER}
     for account, sa in accounts.items():
-        # The healer's Roles live in the LOB namespaces (the LOB stacks bind it).
-        assert sa["automountServiceAccountToken"] is (account in bound or account == names.HEALER), account
+        assert sa["automountServiceAccountToken"] is (account in bound), account
 
 
 @pytest.mark.parametrize("name", ["dev", "prod"])
@@ -423,18 +424,53 @@ def test_the_healer_reads_kubelet_mounts_read_only_and_may_only_list_and_delete_
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in security
-    assert {a for a in healer["args"] if a.startswith("--namespace=")} == {
-        "--namespace=kvtier-retail",
-        "--namespace=kvtier-support",
-        "--namespace=kvtier-search",
-    }
-    assert not [o for o in objs if o["kind"] in ("ClusterRoleBinding", "RoleBinding") and "healer" in str(o)]
+    assert not [a for a in healer["args"] if a.startswith("--namespace=")], "no LOB in the platform's objects"
+    assert "--namespace-selector=kvtier.io/line-of-business" in healer["args"]
+    reader = find(objs, "ClusterRole", names.HEALER)
+    assert reader["rules"] == [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list"]}], "names only"
+    brake = find(objs, "Role", names.HEALER)
+    assert brake["metadata"]["namespace"] == "curvine", "its own namespace: how many healers report (the brake)"
+    assert brake["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
     lob = lob_chart(env, "kvtier-retail")
     role = find(lob, "Role", names.HEALER)
     assert role["metadata"]["namespace"] == "kvtier-retail"
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "delete"]},
+        {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]},
+    ]
     binding = find(lob, "RoleBinding", names.HEALER)
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": names.HEALER, "namespace": "curvine"}]
+
+
+@pytest.mark.parametrize("name", ["dev", "prod"])
+def test_the_healer_checks_master_and_fuse_and_the_api_server_guards_its_deletes(name: str) -> None:
+    env = env_named(name)
+    objs = objects(name)
+    healer = container(find(objs, "DaemonSet", names.HEALER)["spec"]["template"]["spec"], "healer")
+    args = healer["args"]
+    masters = [a for a in args if a.startswith("--master-url=")]
+    assert masters == [f"--master-url={names.master_web_url(i)}" for i in range(env.curvine.masters)]
+    assert "--fuse-health-url=http://$(HOST_IP):9002/healthz" in args
+    assert {"name": "HOST_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}} in healer["env"]
+    assert "--dead-checks=2" in args and not [a for a in args if a.startswith("--hung-checks")]
+    # The shipped script accepts exactly these arguments.
+    parsed = l2_healer.parse_args([a.replace("$(HOST_IP)", "10.0.0.1") for a in args] + ["--node=n", "--api-url=x"])
+    assert parsed.brake_share == 0.3 and parsed.healer_namespace == "curvine"
+    policy = find(objs, "ValidatingAdmissionPolicy", "kvtier-l2-healer-guard")
+    spec = policy["spec"]
+    assert spec["failurePolicy"] == "Fail"
+    assert spec["matchConditions"] == [
+        {
+            "name": "only-the-l2-healer",
+            "expression": "request.userInfo.username == 'system:serviceaccount:curvine:kvtier-l2-healer'",
+        }
+    ]
+    rules = {(tuple(r["operations"]), tuple(r["resources"])) for r in spec["matchConstraints"]["resourceRules"]}
+    assert rules == {(("DELETE",), ("pods",)), (("CREATE",), ("pods/eviction",))}
+    expressions = " ".join(v["expression"] for v in spec["validations"])
+    assert "v.persistentVolumeClaim.claimName == 'l2-cache'" in expressions and "request.dryRun == true" in expressions
+    binding = find(objs, "ValidatingAdmissionPolicyBinding", "kvtier-l2-healer-guard")
+    assert binding["spec"] == {"policyName": "kvtier-l2-healer-guard", "validationActions": ["Deny"]}
 
 
 # --- static PV and janitor, as LOB stacks call them ---------------------------------------------------------------
@@ -618,3 +654,15 @@ def test_pods_select_their_role_and_tolerate_exactly_its_taints(
     pv = find(objs, "PersistentVolume", "kvtier-prod-retail")
     expressions = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"][0]["matchExpressions"]
     assert {e["key"]: e["values"][0] for e in expressions} == placement(env, "gpu").node_selector
+
+
+def test_the_fuse_roll_procedure_uses_the_fuse_pods_real_label_and_namespace() -> None:
+    """docs/l2.md "Changing the FUSE pods' size": the commands select what curvine-csi labels its FUSE pods with."""
+    text = (ROOT / "docs" / "l2.md").read_text()
+    section = text.split("### Changing the FUSE pods' size", 1)[1].split("\n## ", 1)[0]
+    (label,) = [f"{k}={v}" for k, v in names.FUSE_POD_LABELS.items()]
+    commands = [line for line in section.splitlines() if line.startswith("kubectl")]
+    assert commands[0] == "kubectl cordon <node>" and commands[-2] == "kubectl uncordon <node>"
+    fuse = [c for c in commands if "-l " in c]
+    assert fuse and all(f"-n {names.NAMESPACE} " in c and f"-l {label} " in c for c in fuse)
+    assert any(c.startswith(f"kubectl -n {names.NAMESPACE} delete pod -l {label}") for c in fuse)

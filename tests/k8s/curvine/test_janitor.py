@@ -131,7 +131,13 @@ def test_symlinks_are_neither_followed_nor_deleted(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "args",
-    [["--budget-gb=0", "--max-age-hours=1"], ["--budget-gb=1", "--max-age-hours=-1"], ["--budget-gb=1"]],
+    [
+        ["--budget-gb=0", "--max-age-hours=1"],
+        ["--budget-gb=1", "--max-age-hours=-1"],
+        ["--budget-gb=1"],
+        ["--budget-gb=1", "--max-age-hours=1", "--probe-max-files=0"],
+        ["--budget-gb=1", "--max-age-hours=1", "--probe-seconds=0"],
+    ],
 )
 def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
     root = tmp_path / "l2"

@@ -124,24 +124,28 @@ def test_files_whose_blocks_are_lost_go(
     good = write(root, "ep/id/good.data", 3 * KB, 60)
     lost = write(root, "ep/id/lost.data", 3 * KB, 60)
     with failing_reads(monkeypatch, {str(lost): errno.EIO}):
-        code, summary = once(root, "--budget-gb=1", "--max-age-hours=24", "--probe", capsys=capsys)
+        code, summary = once(root, "--budget-gb=1", "--max-age-hours=24", "--probe", "--keep-state", capsys=capsys)
+        assert code == EXIT_OK and summary["deleted_lost"] == 0, "one EIO makes a suspect, not a victim"
+        assert summary["probe"]["suspects"] == 1
+        code, summary = once(root, "--budget-gb=1", "--max-age-hours=24", "--probe", "--keep-state", capsys=capsys)
     assert code == EXIT_OK, summary
     assert summary["deleted_lost"] == 1
+    (root / l2_janitor.STATE_FILE).unlink()
     assert files(root) == {"ep/id/good.data"}
     assert good.exists()
 
 
-def test_a_dead_mount_deletes_nothing_and_exits_non_zero(
+def test_a_mount_that_dies_during_the_probe_stops_it_after_the_budget_step(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "l2"
-    write(root, "ep/id/stale.data.tmp", KB, 5 * HOUR)  # would go in a good pass
+    write(root, "ep/id/stale.data.tmp", KB, 5 * HOUR)  # the budget step runs first: it goes
     broken = write(root, "ep/id/b.data", KB, 60)
     with failing_reads(monkeypatch, {str(broken): errno.ENOTCONN}):
         code, summary = once(root, "--budget-gb=1", "--max-age-hours=24", "--probe", capsys=capsys)
     assert code == EXIT_CANNOT_LIST
-    assert "nothing deleted" in summary["error"]
-    assert files(root) == {"ep/id/stale.data.tmp", "ep/id/b.data"}
+    assert "Transport endpoint is not connected" in summary["probe"]["error"]
+    assert files(root) == {"ep/id/b.data"}
 
 
 def test_a_failed_listing_deletes_nothing_and_exits_non_zero(
@@ -200,8 +204,11 @@ def test_a_newly_lost_worker_triggers_a_probe() -> None:
         assert prober.due(now) == (False, "")
         assert prober.due(now + 30) == (False, "")
         assert prober.due(now + 60) == (True, "newly lost workers [2]")
-        assert prober.due(now + 90) == (False, ""), "a worker already known lost does not probe again"
-        assert prober.due(now + 3600)[0], "the fallback interval probes anyway"
+        assert prober.due(now + 90) == (False, ""), "a round in progress"
+        assert prober.step("/l2", [], now + 90)[1]["round_finished"] is True
+        assert prober.handled_lost == {2}
+        assert prober.due(now + 120) == (False, ""), "a worker already handled does not probe again"
+        assert prober.due(now + 90 + 3600)[0], "the fallback interval probes anyway"
     finally:
         server.shutdown()
         server.server_close()

@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
-"""kvtier L2 healer: finds L2 mounts on its node that no longer answer and deletes the pods that hold them.
+"""kvtier L2 healer: finds L2 mounts on its node whose FUSE process is gone and evicts the pods that hold them.
 
 Every L2 pod gets a bind mount of the node's one Curvine FUSE mount (curvine-csi node_standalone.go). When the FUSE
-process dies or restarts, those bind mounts stay behind, dead (ENOTCONN), and LMCache carries on with zero L2
-without an error (its fs connector treats OSError as a miss). Every --interval-seconds this looks at each Curvine CSI
-volume the kubelet mounted for a pod on this node (`<pods-dir>/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`, the
-driver named in the kubelet's `vol_data.json`), stats it and opens it with a timeout, and:
-  - a dead mount (ENOTCONN, ECONNABORTED, ESTALE, ENODEV, EIO): deletes the pod (by uid) if it lives in one of the
-    --namespace namespaces and has a volume of claim --claim; its controller recreates it, with a fresh mount;
-  - a mount that does not answer within --stat-timeout-seconds for --hung-checks checks in a row: the same;
-  - /readyz answers 503 while any mount on the node is dead or hung (what `kvtier verify` reports), /healthz 503
-    when the loop itself stopped.
-Prints one JSON line per check that found something. --once: one check, then exit (tests).
+process dies or restarts, those bind mounts stay behind, dead: the kernel answers ENOTCONN (docs/references.md
+"Issue 22"), and LMCache carries on with zero L2 without an error. Every --interval-seconds this looks at each Curvine
+CSI volume the kubelet mounted for a pod on this node (`<pods-dir>/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`,
+the driver named in the kubelet's `vol_data.json`), stats and opens it with a timeout, and:
+  - heals only a dead mount (ENOTCONN or ECONNABORTED, --dead-checks checks in a row). A mount that hangs or answers
+    EIO is what a Curvine master outage or a slow worker looks like (Curvine's client retries for minutes and maps
+    unknown errors to EIO); FUSE recovers from those by itself, so they are reported, never healed;
+  - before acting, checks the Curvine master (any --master-url answers /api/overview) and this node's FUSE
+    (--fuse-health-url answers): when either is down a new pod would not get a working mount either, so it holds;
+  - holds too when more than --brake-share of the healers (at least --brake-min-nodes) report at once (their
+    readiness, --healer-namespace/--healer-selector): a fleet-wide failure is not a node's to heal;
+  - evicts (an Eviction API dry run, so PodDisruptionBudgets apply, then a delete the API server admits only for
+    pods that hold the L2 claim) only pods that hold claim --claim in the --namespace namespaces and those that
+    match --namespace-selector (looked up at each eviction, so a new LOB needs no new argument), at most one per endpoint (the pod's controller) per --endpoint-interval-seconds; a namespace it
+    cannot list is reported and the others are still healed.
+/readyz answers 503 while any mount on the node does not answer or the healer holds (what `kvtier verify` reports),
+/healthz 503 when the loop itself stopped, /metrics the kvtier_l2_healer_* series. One JSON line per check that found
+something. --once: one check, then exit (tests).
 Exit 0 done, 2 bad arguments, 3 the Kubernetes API could not be reached (--once).
 
 Runs on the Python 3.9 of the Curvine runtime image (Rocky Linux 9): standard library only, no 3.10+ syntax.
@@ -30,15 +38,18 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-DEAD_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED, errno.ESTALE, errno.ENODEV, errno.EIO})
+# Only what a dead FUSE connection answers; EIO and ESTALE are what a live FUSE says when its master is away.
+DEAD_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED})
 CSI_DIR = "kubernetes.io~csi"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 EXIT_OK, EXIT_USAGE, EXIT_NO_API = 0, 2, 3
+HELD_REASONS = ("master_down", "fuse_down", "brake")
 
 
 @dataclass(frozen=True)
@@ -66,29 +77,56 @@ def find_mounts(pods_dir: str, driver: str) -> list[Mount]:
     return found
 
 
+class Prober:
+    """'ok', 'gone' (torn down meanwhile), 'hung', 'dead: <errno>' or 'error: <errno>' per mount. stat alone may be
+    answered from the kernel's attribute cache, so the directory is opened too (a FUSE OPENDIR reaches the daemon).
+    A probe still stuck from an earlier check is not started again: a long hang costs one thread per mount, not one
+    per mount per check."""
+
+    def __init__(self) -> None:
+        self.running: dict[str, threading.Thread] = {}
+
+    def check(self, path: str, timeout_s: float) -> str:
+        previous = self.running.get(path)
+        if previous is not None and previous.is_alive():
+            previous.join(timeout_s)
+            if previous.is_alive():
+                return "hung"
+        outcome: dict[str, str] = {}
+
+        def probe() -> None:
+            try:
+                Path(path).stat()
+                with os.scandir(path) as entries:
+                    next(entries, None)
+                outcome["status"] = "ok"
+            except FileNotFoundError:
+                outcome["status"] = "gone"
+            except OSError as err:
+                name = errno.errorcode.get(err.errno or 0, str(err.errno))
+                outcome["status"] = f"dead: {name}" if err.errno in DEAD_ERRNOS else f"error: {name}"
+
+        worker = threading.Thread(target=probe, name=f"stat {path}", daemon=True)
+        self.running[path] = worker
+        worker.start()
+        worker.join(timeout_s)
+        if worker.is_alive():
+            return "hung"
+        del self.running[path]
+        return outcome.get("status", "hung")
+
+
 def check_mount(path: str, timeout_s: float) -> str:
-    """'ok', 'gone' (torn down meanwhile), 'hung', or 'dead: <errno name>'. stat alone may be answered from the
-    kernel's attribute cache, so the directory is opened too (a FUSE OPENDIR always reaches the daemon)."""
-    outcome: dict[str, str] = {}
+    return Prober().check(path, timeout_s)
 
-    def probe() -> None:
-        try:
-            Path(path).stat()
-            with os.scandir(path) as entries:
-                next(entries, None)
-            outcome["status"] = "ok"
-        except FileNotFoundError:
-            outcome["status"] = "gone"
-        except OSError as err:
-            if err.errno in DEAD_ERRNOS:
-                outcome["status"] = f"dead: {errno.errorcode.get(err.errno or 0, err.errno)}"
-            else:
-                outcome["status"] = f"error: {err}"
 
-    worker = threading.Thread(target=probe, name=f"stat {path}", daemon=True)
-    worker.start()
-    worker.join(timeout_s)
-    return "hung" if worker.is_alive() else outcome.get("status", "hung")
+def answers(url: str, timeout_s: float) -> bool:
+    """Whether an HTTP GET of `url` answers 2xx within timeout_s (Curvine's /api/overview, FUSE's /healthz)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return 200 <= int(response.status) < 300
+    except (OSError, ValueError):  # URLError and HTTPError are OSErrors; a timeout too
+        return False
 
 
 class Kube:
@@ -114,20 +152,55 @@ class Kube:
             loaded = json.loads(response.read().decode("utf-8") or "{}")
         return loaded if isinstance(loaded, dict) else {}
 
-    def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
-        query = urllib.parse.urlencode({"fieldSelector": f"spec.nodeName={node}"})
+    def list_pods(self, namespace: str, **selectors: str) -> list[dict[str, Any]]:
+        query = urllib.parse.urlencode(selectors)
         items = self.call("GET", f"/api/v1/namespaces/{namespace}/pods?{query}").get("items", [])
         return [i for i in items if isinstance(i, dict)]
 
-    def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        # The uid precondition: never the pod's replacement if it already carries the same name.
-        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+    def namespaces(self, label_selector: str) -> list[str]:
+        query = urllib.parse.urlencode({"labelSelector": label_selector})
+        items = self.call("GET", f"/api/v1/namespaces?{query}").get("items", [])
+        return sorted(str(i.get("metadata", {}).get("name")) for i in items if isinstance(i, dict))
+
+    def pods_on_node(self, namespace: str, node: str) -> list[dict[str, Any]]:
+        return self.list_pods(namespace, fieldSelector=f"spec.nodeName={node}")
+
+    def evict_pod(self, namespace: str, name: str, uid: str) -> None:
+        """Ask the Eviction API (policy/v1, dry run) whether a PodDisruptionBudget allows it (429: not now), then
+        delete the pod: the API server's ValidatingAdmissionPolicy sees the pod on a DELETE and lets the healer
+        delete only pods that hold the L2 claim; on an eviction it would see only the Eviction object, so the
+        policy admits the healer's evictions as dry runs only (docs/l2.md "Least privilege"). The uid precondition:
+        never the pod's replacement if it already carries the same name."""
+        preconditions = {"uid": uid}
+        eviction = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+            "deleteOptions": {"dryRun": ["All"], "preconditions": preconditions},
+        }
+        self.call("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction?dryRun=All", eviction)
+        options = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": preconditions}
         self.call("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", options)
 
 
 def uses_claim(pod: dict[str, Any], claim: str) -> bool:
     volumes = pod.get("spec", {}).get("volumes", []) or []
     return any((v.get("persistentVolumeClaim") or {}).get("claimName") == claim for v in volumes)
+
+
+def endpoint_of(pod: dict[str, Any]) -> str:
+    """What the per-endpoint rate limit counts: the pod's controller (its ReplicaSet or LeaderWorkerSet), else its
+    name."""
+    meta = pod.get("metadata", {})
+    for owner in meta.get("ownerReferences", []) or []:
+        if owner.get("controller"):
+            return f"{meta.get('namespace')}/{owner.get('kind')}/{owner.get('name')}"
+    return f"{meta.get('namespace')}/Pod/{meta.get('name')}"
+
+
+def is_ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions", []) or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 @dataclass
@@ -139,60 +212,144 @@ class Healer:
     pods_dir: str
     driver: str
     stat_timeout_s: float
-    hung_checks: int
+    master_urls: list[str]
+    fuse_health_url: str
+    dead_checks: int = 2
+    endpoint_interval_s: float = 300.0
+    brake_share: float = 0.3
+    brake_min_nodes: int = 2
+    healer_namespace: str = ""
+    healer_selector: str = ""
+    health_timeout_s: float = 3.0
+    namespace_selector: str = ""
     dry_run: bool = False
-    hung_counts: dict[str, int] = field(default_factory=dict)
+    clock: Callable[[], float] = time.monotonic
+    prober: Prober = field(default_factory=Prober)
+    dead_counts: dict[str, int] = field(default_factory=dict)
+    last_eviction: dict[str, float] = field(default_factory=dict)
     ready: bool = True
     last_check: float = 0.0
+    held: str | None = None
+    states: dict[str, str] = field(default_factory=dict)
+    evictions_total: int = 0
+    namespace_errors_total: int = 0
 
     def check(self) -> dict[str, Any]:
-        """One look at every L2 mount on the node; deletes the pods of dead ones. Raises OSError when the API is
-        needed and does not answer (nothing is deleted then)."""
+        """One look at every L2 mount on the node; evicts the pods of dead ones when it is safe to."""
         mounts = find_mounts(self.pods_dir, self.driver)
-        states = {m.path: check_mount(m.path, self.stat_timeout_s) for m in mounts}
-        for path in list(self.hung_counts):
-            if states.get(path) != "hung":
-                del self.hung_counts[path]
-        broken: list[tuple[Mount, str]] = []
+        states = {m.path: self.prober.check(m.path, self.stat_timeout_s) for m in mounts}
+        self.states = states
+        for path in list(self.dead_counts):
+            if not states.get(path, "").startswith("dead"):
+                del self.dead_counts[path]
+        dead: list[Mount] = []
         for mount in mounts:
-            state = states[mount.path]
-            if state == "hung":
-                self.hung_counts[mount.path] = self.hung_counts.get(mount.path, 0) + 1
-                if self.hung_counts[mount.path] >= self.hung_checks:
-                    broken.append((mount, f"hung for {self.hung_counts[mount.path]} checks"))
-            elif state.startswith(("dead", "error")):
-                broken.append((mount, state))
-        # Other errors (EACCES, ...) are reported, not healed: a new pod would get the same mount.
-        to_heal = [m for m, state in broken if not state.startswith("error")]
-        deleted = self._delete_pods_of(to_heal) if to_heal else []
-        self.ready = all(states[m.path] in ("ok", "gone") for m in mounts)
-        self.last_check = time.time()
-        return {
+            if states[mount.path].startswith("dead"):
+                self.dead_counts[mount.path] = self.dead_counts.get(mount.path, 0) + 1
+                if self.dead_counts[mount.path] >= self.dead_checks:
+                    dead.append(mount)
+        report: dict[str, Any] = {
             "node": self.node,
             "mounts": len(mounts),
             "not_answering": {m.path: states[m.path] for m in mounts if states[m.path] not in ("ok", "gone")},
-            "deleted_pods": deleted,
+            "evicted_pods": [],
             "dry_run": self.dry_run,
         }
+        self.held = self._hold_reason(report) if dead else None
+        if dead and self.held is None:
+            self._evict_pods_of(dead, report)
+        if self.held is not None:
+            report["held"] = self.held
+        self.ready = self.held is None and all(states[m.path] in ("ok", "gone") for m in mounts)
+        self.last_check = time.time()
+        return report
 
-    def _delete_pods_of(self, mounts: list[Mount]) -> list[str]:
+    def _hold_reason(self, report: dict[str, Any]) -> str | None:
+        """Why evicting now would not help (a down master or FUSE: the new pod gets no working mount either), or
+        would hurt (a fleet-wide failure)."""
+        if not any(answers(f"{url.rstrip('/')}/api/overview", self.health_timeout_s) for url in self.master_urls):
+            return "master_down"
+        if not answers(self.fuse_health_url, self.health_timeout_s):
+            return "fuse_down"
+        if self.healer_namespace and self.healer_selector:
+            try:
+                healers = self.kube.list_pods(self.healer_namespace, labelSelector=self.healer_selector)
+            except (OSError, ValueError) as err:
+                report["brake_error"] = str(err)
+                return "brake"  # cannot tell how many nodes report: do nothing
+            reporting = sum(1 for pod in healers if not is_ready(pod))
+            report["healers_reporting"] = f"{reporting}/{len(healers)}"
+            if reporting >= self.brake_min_nodes and reporting > self.brake_share * len(healers):
+                return "brake"
+        return None
+
+    def _evict_pods_of(self, mounts: list[Mount], report: dict[str, Any]) -> None:
         uids = {m.pod_uid for m in mounts}
-        deleted: list[str] = []
-        for namespace in self.namespaces:
-            for pod in self.kube.pods_on_node(namespace, self.node):
+        errors: dict[str, str] = {}
+        namespaces = list(self.namespaces)
+        if self.namespace_selector:  # the LOB namespaces as they are now: a new LOB needs no change here
+            try:
+                namespaces += [n for n in self.kube.namespaces(self.namespace_selector) if n not in namespaces]
+            except (OSError, ValueError) as err:
+                errors["(namespaces)"] = str(err)
+                self.namespace_errors_total += 1
+        for namespace in namespaces:
+            try:
+                pods = self.kube.pods_on_node(namespace, self.node)
+            except (OSError, ValueError) as err:  # one namespace (a missing Role, a stale entry) stops no other
+                errors[namespace] = str(err)
+                self.namespace_errors_total += 1
+                continue
+            for pod in pods:
                 meta = pod.get("metadata", {})
                 uid = meta.get("uid")
                 if uid not in uids or meta.get("deletionTimestamp") or not uses_claim(pod, self.claim):
                     continue
-                name = str(meta.get("name"))
+                name, endpoint = f"{namespace}/{meta.get('name')}", endpoint_of(pod)
+                now = self.clock()
+                if now - self.last_eviction.get(endpoint, -1e18) < self.endpoint_interval_s:
+                    report.setdefault("rate_limited", []).append(name)
+                    continue
                 if not self.dry_run:
                     try:
-                        self.kube.delete_pod(namespace, name, str(uid))
+                        self.kube.evict_pod(namespace, str(meta.get("name")), str(uid))
                     except urllib.error.HTTPError as err:
+                        if err.code == 429:  # a PodDisruptionBudget says not now: next check
+                            report.setdefault("blocked_by_pdb", []).append(name)
+                            continue
                         if err.code not in (404, 409):  # gone already, or replaced (uid precondition)
-                            raise
-                deleted.append(f"{namespace}/{name}")
-        return deleted
+                            errors[namespace] = str(err)
+                            continue
+                    except (OSError, ValueError) as err:
+                        errors[namespace] = str(err)
+                        continue
+                    self.last_eviction[endpoint] = now
+                    self.evictions_total += 1
+                report["evicted_pods"].append(name)
+        if errors:
+            report["namespace_errors"] = errors
+
+    def metrics(self) -> str:
+        counts = dict.fromkeys(("ok", "hung", "dead", "error"), 0)
+        for state in self.states.values():
+            key = state.split(":")[0]
+            if key in counts:
+                counts[key] += 1
+        lines = [
+            "# HELP kvtier_l2_healer_mounts L2 mounts on this node by state at the last check (dead = ENOTCONN).",
+            "# TYPE kvtier_l2_healer_mounts gauge",
+            *(f'kvtier_l2_healer_mounts{{node="{self.node}",state="{s}"}} {n}' for s, n in counts.items()),
+            "# HELP kvtier_l2_healer_held 1 while the healer holds back (master or FUSE down, fleet brake).",
+            "# TYPE kvtier_l2_healer_held gauge",
+            *(f'kvtier_l2_healer_held{{node="{self.node}",reason="{r}"}} {int(self.held == r)}' for r in HELD_REASONS),
+            "# HELP kvtier_l2_healer_evictions_total Pods the healer evicted.",
+            "# TYPE kvtier_l2_healer_evictions_total counter",
+            f'kvtier_l2_healer_evictions_total{{node="{self.node}"}} {self.evictions_total}',
+            "# HELP kvtier_l2_healer_namespace_errors_total LOB namespaces the healer could not list or evict in.",
+            "# TYPE kvtier_l2_healer_namespace_errors_total counter",
+            f'kvtier_l2_healer_namespace_errors_total{{node="{self.node}"}} {self.namespace_errors_total}',
+        ]
+        return "\n".join(lines) + "\n"
 
 
 def serve(healer: Healer, host: str, port: int, stale_after_s: float) -> ThreadingHTTPServer:
@@ -205,14 +362,17 @@ def serve(healer: Healer, host: str, port: int, stale_after_s: float) -> Threadi
                 self._reply(200 if fresh else 503, "ok\n" if fresh else "no check recently\n")
             elif self.path == "/readyz":
                 ok = fresh and healer.ready
-                self._reply(200 if ok else 503, "ok\n" if ok else "an L2 mount on this node does not answer\n")
+                reason = f"holding: {healer.held}\n" if healer.held else "an L2 mount on this node does not answer\n"
+                self._reply(200 if ok else 503, "ok\n" if ok else reason)
+            elif self.path == "/metrics":
+                self._reply(200, healer.metrics(), "text/plain; version=0.0.4; charset=utf-8")
             else:
                 self._reply(404, "not found\n")
 
-        def _reply(self, status: int, body: str) -> None:
+        def _reply(self, status: int, body: str, content_type: str = "text/plain") -> None:
             data = body.encode("utf-8")
             self.send_response(status)
-            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -228,25 +388,41 @@ def serve(healer: Healer, host: str, port: int, stale_after_s: float) -> Threadi
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--node", default=os.environ.get("NODE_NAME", ""), help="this node (default: $NODE_NAME)")
-    parser.add_argument("--namespace", action="append", default=[], help="a namespace whose L2 pods may be deleted")
-    parser.add_argument("--claim", default="l2-cache", help="the L2 claim a pod must use to be deleted")
+    parser.add_argument("--namespace", action="append", default=[], help="a namespace whose L2 pods may be evicted")
+    parser.add_argument("--namespace-selector", default="", help="also every namespace with this label selector")
+    parser.add_argument("--claim", default="l2-cache", help="the L2 claim a pod must use to be evicted")
     parser.add_argument("--pods-dir", default="/var/lib/kubelet/pods")
     parser.add_argument("--driver", default="curvine")
     parser.add_argument("--interval-seconds", type=float, default=15.0)
     parser.add_argument("--stat-timeout-seconds", type=float, default=5.0)
-    parser.add_argument("--hung-checks", type=int, default=3)
+    parser.add_argument("--dead-checks", type=int, default=2, help="checks in a row a mount must be dead")
+    parser.add_argument("--master-url", action="append", default=[], help="a Curvine master's web URL (repeat)")
+    parser.add_argument("--fuse-health-url", default="", help="this node's Curvine FUSE /healthz URL")
+    parser.add_argument("--health-timeout-seconds", type=float, default=3.0)
+    parser.add_argument("--endpoint-interval-seconds", type=float, default=300.0, help="per endpoint, per node")
+    parser.add_argument("--brake-share", type=float, default=0.3, help="hold when more healers than this report")
+    parser.add_argument("--brake-min-nodes", type=int, default=2)
+    parser.add_argument("--healer-namespace", default="", help="where the healers run (for the brake)")
+    parser.add_argument("--healer-selector", default="", help="the healers' label selector (for the brake)")
     parser.add_argument("--api-url", default=None, help="default: https://$KUBERNETES_SERVICE_HOST:$..._PORT")
     parser.add_argument("--token-file", default=f"{SERVICE_ACCOUNT}/token")
     parser.add_argument("--ca-file", default=f"{SERVICE_ACCOUNT}/ca.crt")
     parser.add_argument("--health-port", type=int, default=None)
     parser.add_argument("--health-host", default="0.0.0.0")  # the pod's own network namespace
     parser.add_argument("--once", action="store_true")
-    parser.add_argument("--dry-run", action="store_true", help="report, delete nothing")
+    parser.add_argument("--dry-run", action="store_true", help="report, evict nothing")
     args = parser.parse_args(argv)
     if not args.node:
         parser.error("--node (or NODE_NAME) is required")
-    if args.interval_seconds <= 0 or args.stat_timeout_seconds <= 0 or args.hung_checks < 1:
-        parser.error("--interval-seconds and --stat-timeout-seconds must be positive, --hung-checks at least 1")
+    if not args.master_url or not all(args.master_url) or not args.fuse_health_url:
+        parser.error("--master-url and --fuse-health-url are required: the healer never acts without checking them")
+    positive = ("interval_seconds", "stat_timeout_seconds", "health_timeout_seconds")
+    if any(getattr(args, name) <= 0 for name in positive) or args.endpoint_interval_seconds < 0:
+        parser.error("--interval-seconds, --stat-timeout-seconds, --health-timeout-seconds must be positive")
+    if args.dead_checks < 1 or args.brake_min_nodes < 1 or not 0 < args.brake_share <= 1:
+        parser.error("--dead-checks and --brake-min-nodes must be at least 1, --brake-share in (0, 1]")
+    if args.health_port is not None and not 0 <= args.health_port <= 65535:
+        parser.error(f"--health-port {args.health_port} is not a TCP port (0-65535)")
     if args.api_url is None:
         host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get("KUBERNETES_SERVICE_PORT", "443")
         if not host:
@@ -255,10 +431,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+def build(args: argparse.Namespace) -> Healer:
     token = args.token_file if args.token_file and Path(args.token_file).exists() else None
     ca = args.ca_file if args.ca_file and Path(args.ca_file).exists() else None
-    healer = Healer(
+    return Healer(
         Kube(args.api_url, token, ca),
         args.node,
         list(args.namespace),
@@ -266,24 +442,34 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         args.pods_dir,
         args.driver,
         args.stat_timeout_seconds,
-        args.hung_checks,
+        list(args.master_url),
+        args.fuse_health_url,
+        dead_checks=args.dead_checks,
+        endpoint_interval_s=args.endpoint_interval_seconds,
+        brake_share=args.brake_share,
+        brake_min_nodes=args.brake_min_nodes,
+        healer_namespace=args.healer_namespace,
+        healer_selector=args.healer_selector,
+        health_timeout_s=args.health_timeout_seconds,
+        namespace_selector=args.namespace_selector,
         dry_run=args.dry_run,
     )
+
+
+def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    healer = build(args)
     stop = stop or threading.Event()
     server = None
     if args.health_port is not None:
         server = serve(healer, args.health_host, args.health_port, 5 * args.interval_seconds + 60)
     try:
         while True:
-            try:
-                report = healer.check()
-                if report["not_answering"] or report["deleted_pods"] or args.once:
-                    print(json.dumps(report, sort_keys=True), flush=True)
-            except (OSError, ValueError) as err:  # the API did not answer: try again next time
-                healer.ready = False
-                print(json.dumps({"node": args.node, "error": f"Kubernetes API: {err}"}), file=sys.stderr, flush=True)
-                if args.once:
-                    return EXIT_NO_API
+            report = healer.check()
+            if report["not_answering"] or report["evicted_pods"] or report.get("namespace_errors") or args.once:
+                print(json.dumps(report, sort_keys=True), flush=True)
+            errors = report.get("namespace_errors") or {}
+            if args.once and errors and not report["evicted_pods"] and len(errors) >= len(args.namespace):
+                return EXIT_NO_API  # not one namespace answered
             if args.once or stop.wait(args.interval_seconds):
                 return EXIT_OK
     finally:

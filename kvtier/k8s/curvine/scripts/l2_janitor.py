@@ -9,14 +9,18 @@ Deployment that mounts the LOB's L2 volume and makes one pass every --interval-s
      a younger one is a write in progress and is never deleted);
   3. with --delete-unused, files outside every --in-use directory (`<endpoint>/<identity>`) older than
      --unused-grace-minutes, then the emptied directories: a changed model identity or a removed endpoint;
-  4. files whose blocks are gone: after Curvine reports a lost worker (--master-url, `/api/workers`) or every
-     --probe-interval-minutes, each file is read 1 byte at its start and end; EIO (Curvine's "all replicas has been
-     lost") deletes it, any other read error stops the pass without deleting;
-  5. files not modified for --max-age-hours;
-  6. if the directory still holds more than --budget-gb, the least recently written files until it holds at most
+  4. files not modified for --max-age-hours;
+  5. if the directory still holds more than --budget-gb, the least recently written files until it holds at most
      --target-fraction of the budget. Curvine does not update access times on reads (docs/references.md), so "least
      recently written" is the best order it offers; a hot prefix that goes is written again by the next engine that
-     misses it, with a fresh mtime.
+     misses it, with a fresh mtime;
+  6. only then, files whose blocks are gone, bounded so the budget is never starved: after Curvine reports a lost
+     worker not handled before (--master-url, `/api/workers`) or every --probe-interval-minutes, a probe round reads
+     1 byte at the start and end of each file, at most --probe-max-files files and --probe-seconds per pass, resuming
+     where the last pass stopped. EIO (Curvine's "all replicas has been lost") makes a file a suspect; a suspect that
+     fails EIO again on a later pass is deleted (one transient EIO condemns nothing); ETIMEDOUT (a slow worker)
+     skips the file; any other error (a dead mount) ends the round for this pass. The round, the suspects and the
+     lost workers already handled survive restarts in `<root>/.kvtier-janitor-state.json` (--keep-state).
 Directories, symlinks and other non-regular files are never deleted (only directories emptied in step 3).
 --budget-gb is decimal GB (10^9 bytes), as the LOB's l2.budget_gb.
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import heapq
 import json
 import os
 import sys
@@ -46,6 +51,9 @@ TMP_SUFFIX = ".tmp"
 REASONS = ("stale_tmp", "unused", "lost", "expired", "over_budget")
 # Read errors that mean "this file's data is gone" (curvine-fuse maps the master's lost-replica error to EIO).
 LOST_ERRNOS = frozenset({errno.EIO, errno.ENODATA})
+# ETIMEDOUT: a slow but live worker (curvine-fuse maps timeouts to it): skip the file this round.
+SKIP_ERRNOS = frozenset({errno.ETIMEDOUT})
+STATE_FILE = ".kvtier-janitor-state.json"  # in the root, never listed, counted or deleted
 EXIT_OK, EXIT_DELETE_ERRORS, EXIT_USAGE, EXIT_CANNOT_LIST = 0, 1, 2, 3
 
 
@@ -53,11 +61,24 @@ class ListingError(Exception):
     """The L2 tree could not be listed or read: this pass deletes nothing."""
 
 
-@dataclass(frozen=True)
 class Entry:
-    path: str
-    size: int
-    mtime: float
+    """One listed file. Slots: a million of them must fit the container (docs/benchmarks.md)."""
+
+    __slots__ = ("mtime", "path", "size")
+
+    def __init__(self, path: str, size: int, mtime: float) -> None:
+        self.path = path
+        self.size = size
+        self.mtime = mtime
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Entry) and (self.path, self.size, self.mtime) == (other.path, other.size, other.mtime)
+
+    def __hash__(self) -> int:
+        return hash(self.path)
+
+    def __repr__(self) -> str:
+        return f"Entry({self.path!r}, {self.size}, {self.mtime})"
 
     @property
     def is_tmp(self) -> bool:
@@ -98,6 +119,8 @@ def scan(root: str, directories: dict[str, float] | None = None) -> list[Entry]:
                             stack.append(item.path)
                             if directories is not None:
                                 directories[item.path] = item.stat(follow_symlinks=False).st_mtime
+                        elif item.name.startswith(STATE_FILE):
+                            continue
                         elif item.is_file(follow_symlinks=False):
                             info = item.stat(follow_symlinks=False)
                             found.append(Entry(item.path, info.st_size, info.st_mtime))
@@ -118,27 +141,21 @@ def under(root: str, path: str, directories: set[str]) -> bool:
     return any(relative == d or relative.startswith(d + "/") for d in directories)
 
 
-def probe_lost(entries: list[Entry]) -> set[str]:
-    """Paths of files whose first or last byte cannot be read because their data is gone (EIO). A file that vanished
-    meanwhile is skipped; any other error means the mount, not the file, is broken: ListingError."""
-    lost: set[str] = set()
-    for entry in entries:
+def read_probe(path: str, size: int) -> int:
+    """Read the first and last byte of a file; 0 when both read (or the file is gone), else the errno."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
         try:
-            fd = os.open(entry.path, os.O_RDONLY)
-            try:
-                os.pread(fd, 1, 0)
-                if entry.size > 1:
-                    os.pread(fd, 1, entry.size - 1)
-            finally:
-                os.close(fd)
-        except FileNotFoundError:
-            continue
-        except OSError as err:
-            if err.errno in LOST_ERRNOS:
-                lost.add(entry.path)
-                continue
-            raise ListingError(f"cannot read {entry.path}: {err}") from err
-    return lost
+            os.pread(fd, 1, 0)
+            if size > 1:
+                os.pread(fd, 1, size - 1)
+        finally:
+            os.close(fd)
+    except FileNotFoundError:
+        return 0
+    except OSError as err:
+        return err.errno or errno.EIO
+    return 0
 
 
 def plan(
@@ -188,9 +205,10 @@ def plan(
 def usage_by_top_dir(root: str, entries: list[Entry]) -> dict[str, int]:
     """Bytes per first-level subdirectory (one per endpoint), for the log."""
     out: dict[str, int] = {}
+    skip = len(root.rstrip("/")) + 1
     for entry in entries:
-        relative = Path(entry.path).relative_to(root)
-        top = relative.parts[0] if len(relative.parts) > 1 else "."
+        relative = entry.path[skip:]
+        top = relative.split("/", 1)[0] if "/" in relative else "."
         out[top] = out.get(top, 0) + entry.size
     return dict(sorted(out.items()))
 
@@ -342,42 +360,142 @@ def serve(metrics: Metrics, host: str, port: int, stale_after_s: float, started:
 
 @dataclass
 class Prober:
-    """When to read every file for lost blocks: a lost worker the master newly reports, or the fallback interval."""
+    """Lost-block probing, bounded per pass and resumable: when a round starts (a lost worker the master newly reports,
+    or the fallback interval), where it stands, which files failed once (suspects), and which lost workers a finished
+    round already covered. Kept in `state_path` across restarts (Curvine keeps a replaced node's worker id in
+    `lost_workers` forever, so without it every restart would probe everything again)."""
 
     master_urls: list[str]
     interval_s: float
     forced: bool = False
-    known_lost: set[int] | None = None
+    state_path: str | None = None
+    max_files: int = 5000
+    max_seconds: float = 10.0
+    handled_lost: set[int] | None = None  # None: the master has not answered yet
+    round_reason: str | None = None
+    round_workers: list[int] = field(default_factory=list)
+    cursor: str = ""
+    suspects: dict[str, float] = field(default_factory=dict)
     last_probe: float = 0.0
 
+    def load(self) -> None:
+        if not self.state_path:
+            return
+        try:
+            state = json.loads(Path(self.state_path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # first start, or an unreadable file: start afresh
+        if not isinstance(state, dict):
+            return
+        handled = state.get("handled_lost")
+        self.handled_lost = None if handled is None else {int(w) for w in handled}
+        self.round_reason = state.get("round_reason")
+        self.round_workers = [int(w) for w in state.get("round_workers", [])]
+        self.cursor = str(state.get("cursor", ""))
+        self.suspects = {str(k): float(v) for k, v in (state.get("suspects") or {}).items()}
+        self.last_probe = float(state.get("last_probe", 0.0))
+
+    def save(self) -> None:
+        if not self.state_path:
+            return
+        state = {
+            "handled_lost": None if self.handled_lost is None else sorted(self.handled_lost),
+            "round_reason": self.round_reason,
+            "round_workers": self.round_workers,
+            "cursor": self.cursor,
+            "suspects": self.suspects,
+            "last_probe": self.last_probe,
+        }
+        new = self.state_path + ".new"
+        try:
+            Path(new).write_text(json.dumps(state, sort_keys=True), encoding="utf-8")
+            Path(new).replace(self.state_path)
+        except OSError:
+            pass  # a full or dead mount: the next pass tries again; nothing depends on it but efficiency
+
     def due(self, now: float) -> tuple[bool, str]:
-        if self.forced:
-            return True, "forced"
+        """Whether a new round starts now, and why (a round in progress carries on regardless)."""
+        if self.round_reason is not None:
+            return False, ""
+        if self.last_probe == 0.0:
+            self.last_probe = now  # the fallback timer starts with the first pass ever
+        reason, workers = "", []
         if self.master_urls:
             lost = lost_workers(self.master_urls)
             if lost is not None:
-                new = lost - (self.known_lost or set())
-                first = self.known_lost is None
-                self.known_lost = lost
+                first = self.handled_lost is None
+                new = sorted(lost - (self.handled_lost or set()))
                 if new:
-                    return True, f"{'lost' if first else 'newly lost'} workers {sorted(new)}"
-        if self.last_probe == 0.0:
-            self.last_probe = now  # the fallback timer starts with the process
-        if now - self.last_probe >= self.interval_s:
-            return True, "interval"
-        return False, ""
+                    reason, workers = f"{'lost' if first else 'newly lost'} workers {new}", new
+                elif first:
+                    self.handled_lost = set()
+        if not reason and self.forced:
+            reason = "forced"
+        if not reason and now - self.last_probe >= self.interval_s:
+            reason = "interval"
+        if not reason:
+            return False, ""
+        self.round_reason, self.round_workers, self.cursor = reason, workers, ""
+        return True, reason
+
+    def step(self, root: str, entries: list[Entry], now: float) -> tuple[list[Entry], dict[str, object]]:
+        """One pass's share of probing: suspects first, then the round from its cursor, within max_files and
+        max_seconds. Returns the files to delete (failed EIO on two passes) and a summary."""
+        deadline = time.monotonic() + self.max_seconds
+        budget = self.max_files
+        skip = len(root.rstrip("/")) + 1
+        by_relative = {e.path[skip:]: e for e in entries} if (self.suspects or self.round_reason) else {}
+        condemned: list[Entry] = []
+        summary: dict[str, object] = {"round": self.round_reason, "probed": 0, "skipped_timeout": 0}
+        for relative in sorted(self.suspects):
+            entry = by_relative.get(relative)
+            if entry is None:
+                del self.suspects[relative]  # gone, expired, or over budget meanwhile
+                continue
+            if budget <= 0 or time.monotonic() > deadline:
+                break
+            budget -= 1
+            code = read_probe(entry.path, entry.size)
+            if code in LOST_ERRNOS:
+                condemned.append(entry)
+                del self.suspects[relative]
+            elif code == 0:
+                del self.suspects[relative]  # it was transient
+            elif code not in SKIP_ERRNOS:
+                summary["error"] = f"cannot read {entry.path}: {os.strerror(code)}"
+                return condemned, summary
+        if self.round_reason is not None:
+            pending = (r for r in by_relative if r > self.cursor)
+            batch = heapq.nsmallest(max(budget, 0), pending)
+            finished = len(batch) < max(budget, 0)
+            for relative in batch:
+                if time.monotonic() > deadline:
+                    finished = False
+                    break
+                entry = by_relative[relative]
+                code = read_probe(entry.path, entry.size)
+                summary["probed"] = int(summary["probed"]) + 1  # type: ignore[call-overload]
+                if code in LOST_ERRNOS:
+                    self.suspects[relative] = now
+                elif code in SKIP_ERRNOS:
+                    summary["skipped_timeout"] = int(summary["skipped_timeout"]) + 1  # type: ignore[call-overload]
+                elif code != 0:
+                    summary["error"] = f"cannot read {entry.path}: {os.strerror(code)}"
+                    return condemned, summary
+                self.cursor = relative
+            if finished:
+                self.handled_lost = (self.handled_lost or set()) | set(self.round_workers)
+                self.round_reason, self.round_workers, self.cursor = None, [], ""
+                self.last_probe = now
+                summary["round_finished"] = True
+        summary["suspects"] = len(self.suspects)
+        return condemned, summary
 
 
 def one_pass(args: argparse.Namespace, root: str, metrics: Metrics, prober: Prober, now: float) -> dict[str, object]:
     listed_dirs: dict[str, float] = {}
     entries = scan(root, listed_dirs)
     in_use: set[str] | None = set(args.in_use) if args.delete_unused else None
-    probe, why = prober.due(now)
-    lost: set[str] = set()
-    if probe:
-        candidates = [e for e in entries if not e.is_tmp and (in_use is None or under(root, e.path, in_use))]
-        lost = probe_lost(candidates)
-        prober.last_probe = now
     chosen = plan(
         entries,
         now=now,
@@ -388,7 +506,6 @@ def one_pass(args: argparse.Namespace, root: str, metrics: Metrics, prober: Prob
         root=root,
         in_use=in_use,
         unused_grace_s=args.unused_grace_minutes * 60,
-        lost=lost,
     )
     errors: list[str] = []
     done: dict[str, list[Entry]] = {r: [] for r in REASONS}
@@ -399,8 +516,22 @@ def one_pass(args: argparse.Namespace, root: str, metrics: Metrics, prober: Prob
             errors.extend(failed)
         if in_use is not None:
             pruned = prune_unused_dirs(root, in_use, listed_dirs, now, args.unused_grace_minutes * 60)
-    kept_bytes = sum(e.size for e in chosen.kept)
-    metrics.record(done, kept_bytes, time.time())
+    kept = chosen.kept
+    kept_bytes = sum(e.size for e in kept)
+    metrics.record(done, kept_bytes, time.time())  # the budget is kept before any probing
+    # Lost blocks last, bounded: finished files of the directories in use (the rest goes by age or as unused).
+    prober.due(now)
+    candidates = [e for e in kept if not e.is_tmp and (in_use is None or under(root, e.path, in_use))]
+    condemned, probe = prober.step(root, candidates, now)
+    chosen.lost = condemned
+    if condemned and not args.dry_run:
+        done_lost, failed = delete(condemned)
+        errors.extend(failed)
+        gone = {e.path for e in done_lost}
+        kept = [e for e in kept if e.path not in gone]
+        kept_bytes = sum(e.size for e in kept)
+        metrics.record({"lost": done_lost}, kept_bytes, time.time())
+    prober.save()
     return {
         "root": root,
         "lob": args.lob,
@@ -411,8 +542,8 @@ def one_pass(args: argparse.Namespace, root: str, metrics: Metrics, prober: Prob
         "bytes_deleted": sum(e.size for e in chosen.deleted()),
         "bytes_after": kept_bytes,
         "budget_bytes": metrics.budget_bytes,
-        "bytes_by_dir": usage_by_top_dir(root, chosen.kept),
-        "probed": why if probe else None,
+        "bytes_by_dir": usage_by_top_dir(root, kept),
+        "probe": probe,
         "pruned_dirs": sorted(pruned),
         "errors": errors[:20],
     }
@@ -426,7 +557,15 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         return EXIT_USAGE
     stop = stop or threading.Event()
     metrics = Metrics(args.lob, round(args.budget_gb * GB))
-    prober = Prober(list(args.master_url), args.probe_interval_minutes * 60, forced=args.probe)
+    prober = Prober(
+        list(args.master_url),
+        args.probe_interval_minutes * 60,
+        forced=args.probe,
+        state_path=None if args.dry_run or not args.keep_state else str(Path(root) / STATE_FILE),
+        max_files=args.probe_max_files,
+        max_seconds=args.probe_seconds,
+    )
+    prober.load()
     started = time.time()
     server = None
     if args.metrics_port is not None:
@@ -442,6 +581,8 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
                 return EXIT_CANNOT_LIST
             print(json.dumps(summary, sort_keys=True), flush=True)
             if args.once:
+                if isinstance(summary["probe"], dict) and summary["probe"].get("error"):
+                    return EXIT_CANNOT_LIST  # the mount broke during the probe (the budget step ran)
                 return EXIT_DELETE_ERRORS if summary["errors"] else EXIT_OK
             if stop.wait(args.interval_seconds):
                 return EXIT_OK
@@ -466,7 +607,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--unused-grace-minutes", type=float, default=60.0)
     parser.add_argument("--master-url", action="append", default=[], help="Curvine master web URL (repeatable)")
     parser.add_argument("--probe-interval-minutes", type=float, default=60.0)
-    parser.add_argument("--probe", action="store_true", help="read-probe every file for lost blocks in each pass")
+    parser.add_argument("--probe", action="store_true", help="start a lost-block probe round whenever none runs")
+    parser.add_argument("--keep-state", action="store_true", help=f"keep the probe's state in <root>/{STATE_FILE}")
+    parser.add_argument("--probe-max-files", type=int, default=5000, help="files probed per pass at most")
+    parser.add_argument("--probe-seconds", type=float, default=10.0, help="probe time per pass at most")
     parser.add_argument("--interval-seconds", type=float, default=30.0)
     parser.add_argument("--once", action="store_true", help="one pass, then exit")
     parser.add_argument("--metrics-port", type=int, default=None, help="serve /metrics and /healthz on this port")
@@ -481,6 +625,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
             "--budget-gb, --max-age-hours, --tmp-max-age-minutes, --interval-seconds and --probe-interval-minutes "
             "must be positive, --unused-grace-minutes not negative"
         )
+    if args.probe_max_files < 1 or args.probe_seconds <= 0:
+        parser.error("--probe-max-files must be at least 1 and --probe-seconds positive")
     if not 0 < args.target_fraction <= 1:
         parser.error("--target-fraction must be in (0, 1]")
     for directory in args.in_use:
