@@ -55,7 +55,7 @@ help:
 
 # uv where it runs, pip otherwise (KVTIER_INSTALLER=pip forces it): the same pins either way (tests/test_pins.py).
 $(VENV)/.installed: requirements.txt requirements-dev.txt pyproject.toml scripts/install-venv.sh
-	test -x $(PY) || python3 -m venv $(VENV)
+	test -x $(PY) || { echo "make: creating $(VENV)/ (python3 -m venv, about 10 s) ..."; python3 -m venv $(VENV); }
 	scripts/install-venv.sh $(VENV) requirements-dev.txt lmcache==$(LMCACHE_VERSION)
 	touch $@
 
