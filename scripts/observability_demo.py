@@ -29,7 +29,7 @@ import yaml
 from kvtier.bench.client import send
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
-from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster, free_port
+from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster, free_port, stop_process
 from kvtier.k8s.observability.dashboards import PanelSpec, endpoint_panels
 from kvtier.k8s.observability.rules import KV_BYTES_PER_TOKEN, tier_records
 
@@ -98,12 +98,7 @@ def prometheus(folder: Path, config: Path, port: int) -> Iterator[str]:
             raise TimeoutError("prometheus was not ready within 30 s")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
         log.close()
 
 

@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvtier.bench.testserver import free_port
+from kvtier.bench.testserver import free_port, stop_process
 from tools.benchdoc import write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,12 +61,7 @@ def test_server() -> Iterator[str]:
             raise RuntimeError(f"the test server did not start: {line.strip() or 'no output'}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:

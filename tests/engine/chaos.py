@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from kvtier.bench.testserver import free_port
+from kvtier.bench.testserver import free_port, stop_process
 from kvtier.k8s.curvine.scripts import l2_healer
 from kvtier.rules import load_checked
 from tests.engine import render
@@ -169,12 +169,7 @@ def janitor_under_writer(a: Engine, fs: FaultFS, cluster: FakeCluster, workdir: 
         time.sleep(4)  # passes after the last write
         run.exit_code = janitor.poll()
     finally:
-        janitor.terminate()
-        try:
-            janitor.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            janitor.kill()
-            janitor.wait(timeout=10)
+        stop_process(janitor)
         fs.set_fault("none")
     run.bytes_after_writer = l2_bytes(fs.source)
     run.lost_left = [p for p in lost if (fs.source / p).exists()]
@@ -206,12 +201,7 @@ def chaos(python: str, workdir: Path) -> ChaosObserved:
         try:
             run_phases(python, workdir, fs, cluster, rendered.replica, model_dir, endpoint.model.id, observed)
         finally:
-            healer.terminate()
-            try:
-                healer.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                healer.kill()
-                healer.wait(timeout=10)
+            stop_process(healer)
     observed.timings_s["chaos"] = time.monotonic() - total
     return observed
 

@@ -134,21 +134,8 @@ class Engine:
 
     def stop(self) -> None:
         """SIGTERM to the whole process group, SIGKILL after a grace period; safe to call twice."""
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=STOP_GRACE_S)
-        with contextlib.suppress(ProcessLookupError):  # workers that outlived their parent
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while group_alive(self.proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        if self.proc is not None:
+            stop_group(self.proc, STOP_GRACE_S, poll_s=0.2)
 
     def new_log(self) -> str:
         """Log text written since the last call (each request's own LMCache lines)."""
@@ -183,6 +170,26 @@ def group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def stop_group(proc: subprocess.Popen[Any], grace_s: float, poll_s: float) -> None:
+    """SIGTERM to `proc`'s whole process group, SIGKILL after `grace_s`, then wait (bounded) until no process of the
+    group is left, workers that outlived their parent included; safe to call twice."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace_s)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    deadline = time.monotonic() + grace_s
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(poll_s)
 
 
 def metric_sum(text: str, name: str) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from kvtier.k8s import router as router_chart
-from tests.engine.engines import EngineError, group_alive, metric_sum, port_in_use, root_cause, tail
+from tests.engine.engines import EngineError, metric_sum, port_in_use, root_cause, stop_group, tail
 
 DISCOVERY_FLAGS = {"--service-discovery": 0, "--service-discovery-port": 1, "--service-discovery-namespace": 1}
 ROUTER_MACHINE_FIT = (
@@ -146,21 +145,8 @@ class Router:
         return metric_sum(self.metrics(), name)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=STOP_GRACE_S)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        deadline = time.monotonic() + STOP_GRACE_S
-        while group_alive(self.proc.pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
+        if self.proc is not None:
+            stop_group(self.proc, STOP_GRACE_S, poll_s=0.1)
 
 
 @contextmanager

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import yaml
 
-from kvtier.bench.testserver import free_port
+from kvtier.bench.testserver import free_port, stop_process
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.observability import dashboards as boards
@@ -247,12 +247,7 @@ def janitor_exporter(l2_root: Path, config: Config, log: Path) -> Iterator[str]:
             raise EngineError("the janitor's exporter did not answer within 30 s")
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def data_files(root: Path) -> int:

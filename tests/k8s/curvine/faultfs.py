@@ -43,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtier.bench.testserver import stop_process
+
 FAULTS = ("none", "master_down", "slow", "lost", "full", "hung")
 MOUNT_TIMEOUT_S = 15.0
 UNMOUNT_TIMEOUT_S = 10.0
@@ -154,13 +156,7 @@ def mount(tmpdir: Path, source: Path | None = None) -> Iterator[FaultFS]:
         for target in reversed(fs.binds):
             subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=UNMOUNT_TIMEOUT_S, check=False)
         _unmount(mountpoint)
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=UNMOUNT_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=UNMOUNT_TIMEOUT_S)
+        stop_process(process, UNMOUNT_TIMEOUT_S)
         if _is_mounted(mountpoint):  # the daemon died before the first unmount took
             _unmount(mountpoint)
 
