@@ -6,7 +6,7 @@ For each fault in turn: A writes a new prompt's chunks with the mount healthy (i
 any cache, is the reference), the fault goes on, and B asks for the same prompt: B must answer, with the same greedy
 token ids (no wrong KV served: an L2 error becomes a recompute). After master-down and slow-worker faults clear, B's
 cross-engine L2 hits resume without a restart. The healer deletes nothing until the FUSE daemon dies, then exactly
-the two engine pods.
+the two engine pods; B, recreated on a new FUSE daemon over the same pool, then reads A's chunks from L2 again.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,7 @@ class ChaosObserved:
     dead_reference: list[str] = field(default_factory=list)
     dead_answer: Answer | None = None
     healer_deleted_after_dead: list[str] = field(default_factory=list)
+    after_restart: Answer | None = None  # the recreated B on a new FUSE daemon, asked the dead phase's prompt
     timings_s: dict[str, float] = field(default_factory=dict)
 
 
@@ -217,9 +219,12 @@ def run_phases(
     observed: ChaosObserved,
 ) -> None:
     def launch(key: str) -> tuple[str, render.Launch]:
+        return relaunch(key, fs.path)
+
+    def relaunch(key: str, l2_root: Path) -> tuple[str, render.Launch]:
         return key, render.localize(
             replica,
-            l2_root=fs.path,
+            l2_root=l2_root,
             private_root=workdir / f"root-{key}",
             model_dir=model_dir,
             port=free_port(),
@@ -255,15 +260,40 @@ def run_phases(
             phase.deleted_during = cluster.deleted_names()
             observed.phases.append(phase)
         janitor_under_writer(a, fs, cluster, workdir, observed.janitor)
-        prompt = prompt_ids(MODEL_SEED + 300)
-        before = {p for p in fs.source.rglob("*") if p.is_file()}
-        a.new_log()
-        observed.dead_reference = generate(a, prompt).tokens
-        wait_stored(a, fs.source, before)
-        fs.kill_daemon()
-        observed.dead_answer = generate(b, prompt)
-        deadline = time.monotonic() + 30
-        while len(cluster.deleted_names()) < 2 and time.monotonic() < deadline:
-            time.sleep(0.5)
-        time.sleep(2)  # anything more would show now
-        observed.healer_deleted_after_dead = sorted(cluster.deleted_names())
+        fuse_dead(group, (a, b), fs, cluster, workdir, relaunch, observed)
+
+
+def fuse_dead(
+    group: Engines,
+    engines: tuple[Engine, Engine],
+    fs: FaultFS,
+    cluster: FakeCluster,
+    workdir: Path,
+    relaunch: Callable[[str, Path], tuple[str, render.Launch]],
+    observed: ChaosObserved,
+) -> None:
+    """The FUSE daemon dies under A and B: B still answers, the healer deletes exactly the two engine pods, and B,
+    recreated on a new FUSE daemon over the same pool, reads A's chunks from L2 again."""
+    a, b = engines
+    prompt = prompt_ids(MODEL_SEED + 300)
+    before = {p for p in fs.source.rglob("*") if p.is_file()}
+    a.new_log()
+    observed.dead_reference = generate(a, prompt).tokens
+    wait_stored(a, fs.source, before)
+    fs.kill_daemon()
+    observed.dead_answer = generate(b, prompt)
+    deadline = time.monotonic() + 30
+    while len(cluster.deleted_names()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(2)  # anything more would show now
+    observed.healer_deleted_after_dead = sorted(cluster.deleted_names())
+    # What follows the healer's deletions on a node: curvine-csi starts a new FUSE pod (a new daemon over the same
+    # pool: the chunks live on the workers, not in the dead process), and the recreated engine pod mounts it.
+    group.stop(a)
+    group.stop(b)
+    with mount(workdir / "fuse-new", source=fs.source) as new_fs:
+        started = time.monotonic()
+        (recreated,) = group.start([relaunch("B2", new_fs.path)])
+        observed.timings_s["restart"] = time.monotonic() - started
+        observed.after_restart = generate(recreated, prompt)
+        group.stop(recreated)

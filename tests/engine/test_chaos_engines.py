@@ -46,3 +46,10 @@ def test_the_janitor_keeps_the_budget_while_a_writer_fills_it_and_a_worker_is_lo
     assert run.exit_code is None, f"the janitor exited ({run.exit_code}): {run.summaries}"
     assert run.bytes_after_writer <= run.budget_bytes, run.summaries
     assert run.lost_left == [], "the lost worker's files are gone (lost after two passes, or over budget)"
+
+
+def test_hits_resume_after_the_healer_restarts_the_pods_on_a_new_fuse(observed: ChaosObserved) -> None:
+    """FUSE dead: the healer's restart is the fix; the recreated pod on the new FUSE daemon reads the pool again."""
+    answer = observed.after_restart
+    assert answer is not None and answer.tokens == observed.dead_reference
+    assert answer.external_hits > 0, "the recreated engine read nothing from L2 after the FUSE restart"
