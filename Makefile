@@ -131,7 +131,8 @@ test: setup
 test-engine: setup promtool fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
-	  timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest tests/engine -m engine
+	  KVTIER_HEARTBEAT_S=30 timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest -p tests.heartbeat \
+	  tests/engine -m engine
 
 bench-synth: setup
 	$(PY) -m tools.benchsynth
