@@ -11,7 +11,8 @@ generated rule files, and a watcher that records every alert ever pending or fir
   firing, every tier record and every dashboard panel and variable must have data;
 - hash seed: A and C as `llama31-8b` (each new prompt to A, then to C, which cannot read A's chunks): exactly
   `KvtierL2SilentMiss` fires;
-- dead mount: the L2 directory is removed (what a dead FUSE mount leaves: no directory to write into), A and B as
+- dead mount: the L2 is a fault-injecting FUSE mount (tests/k8s/curvine/faultfs.py) whose daemon is killed (the
+  mount answers ENOTCONN, as a dead Curvine FUSE pod's bind mount does), A and B as
   `llama31-8b` get new prompts: exactly `KvtierL2WritesFailing` fires, and nothing else pages.
 
 Test-only differences from the shipped rules, all through parameters (nothing in the shipped files changes):
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -38,6 +38,7 @@ import httpx
 import yaml
 
 from kvtier.bench.testserver import free_port, stop_process
+from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.observability import dashboards as boards
@@ -58,6 +59,7 @@ from tests.engine.scenario import (
     build_model,
     prompt_ids,
 )
+from tests.k8s.curvine.faultfs import FaultFS, mount
 
 SOLO = "solo"  # the one-replica endpoint of the healthy run
 SIGNALS_FOR = "20s"  # every alert's `for:` in these runs (the shipped values are minutes)
@@ -335,9 +337,13 @@ class Run:
     config: Config
     lob: LineOfBusiness
     base: Config
-    l2_root: Path
+    l2: FaultFS  # the engines' shared L2: a FUSE mount that can die like a Curvine FUSE pod
     kv_bytes: int
     full_chunks: int
+
+    @property
+    def l2_root(self) -> Path:
+        return self.l2.path
 
     def prometheus(
         self, phase: Phase, targets: list[tuple[str, dict[str, str]]]
@@ -375,7 +381,7 @@ def seed_phase(r: Run, a: Engine, c: Engine, phase: Phase) -> None:
 
 
 def dead_mount_phase(r: Run, a: Engine, b: Engine, phase: Phase) -> None:
-    shutil.rmtree(r.l2_root)  # the mount is gone: nothing to write into
+    r.l2.kill_daemon()  # the FUSE process dies: the mount stays and answers ENOTCONN, as a dead Curvine FUSE pod's
     with r.prometheus(phase, [(a.url, engine_labels(ENDPOINT)), (b.url, engine_labels(ENDPOINT))]) as (_, watch):
         rounds([(a, b)], MODEL_SEED + 2000, 3)
         watch.wait_firing("KvtierL2WritesFailing", FIRE_TIMEOUT_S)
@@ -390,16 +396,23 @@ def run(python: str, workdir: Path, figure: Path | None = None) -> SignalsObserv
     base = load_checked(REPO / "config", ENV_NAME)
     endpoint = render.endpoint_of(base, LOB, ENDPOINT)
     observed.timings_s["model_build"] = build_model(python, workdir / "model")
-    r = Run(
-        workdir,
-        config,
-        lob,
-        base,
-        workdir / "l2",
-        tiny_kv_bytes_per_token(workdir / "model"),
-        PROMPT_TOKENS // endpoint.cache.chunk_size,
-    )
-    r.l2_root.mkdir()
+    with mount(workdir / "l2") as l2:
+        r = Run(
+            workdir,
+            config,
+            lob,
+            base,
+            l2,
+            tiny_kv_bytes_per_token(workdir / "model"),
+            PROMPT_TOKENS // endpoint.cache.chunk_size,
+        )
+        run_phases(python, r, endpoint, figure, observed)
+    observed.timings_s["total"] = time.monotonic() - total
+    return observed
+
+
+def run_phases(python: str, r: Run, endpoint: Endpoint, figure: Path | None, observed: SignalsObserved) -> None:
+    workdir, base = r.workdir, r.base
     replica = render.standalone(base, LOB, endpoint)
     other_seed = "1" if replica.env.get("PYTHONHASHSEED") != "1" else "2"
 
@@ -428,8 +441,6 @@ def run(python: str, workdir: Path, figure: Path | None = None) -> SignalsObserv
             started = time.monotonic()
             body(phase)
             phase.seconds = time.monotonic() - started
-    observed.timings_s["total"] = time.monotonic() - total
-    return observed
 
 
 # The checks, as plain functions of what was observed (tests/engine/test_signals_checks.py feeds them wrong data).
