@@ -29,7 +29,14 @@ import yaml
 from kvtier.bench.client import send
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
-from kvtier.bench.testserver import BYTES_PER_TOKEN, Behaviour, FakeCluster, free_port, stop_process
+from kvtier.bench.testserver import (
+    BYTES_PER_TOKEN,
+    Behaviour,
+    FakeCluster,
+    free_port,
+    stop_process,
+    wait_until_answering,
+)
 from kvtier.k8s.observability.dashboards import PanelSpec, endpoint_panels
 from kvtier.k8s.observability.rules import KV_BYTES_PER_TOKEN, tier_records
 
@@ -84,18 +91,7 @@ def prometheus(folder: Path, config: Path, port: int) -> Iterator[str]:
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"prometheus exited with {proc.returncode}: {(folder / 'prometheus.log').read_text()[-2000:]}"
-                )
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.2)
-        else:
-            raise TimeoutError("prometheus was not ready within 30 s")
+        wait_until_answering(proc, f"{url}/-/ready", folder / "prometheus.log", "prometheus")
         yield url
     finally:
         stop_process(proc)

@@ -30,7 +30,10 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, NoReturn
+
+import httpx
 
 from kvtier.serving import SESSION_HEADER
 
@@ -42,6 +45,21 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def wait_until_answering(proc: subprocess.Popen[Any], url: str, log: Path, what: str, timeout_s: float = 30.0) -> None:
+    """Wait until `url` answers 200 while `proc` (just started, its output in `log`) lives; one line otherwise: the
+    process exited (with its log's tail) or did not answer in time. For Prometheus and exporters that tests start."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            tail = log.read_text(encoding="utf-8", errors="replace")[-800:]
+            raise RuntimeError(f"{what} exited with {proc.returncode}: {tail}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"{what} did not answer {url} within {timeout_s:g} s")
 
 
 def stop_process(proc: subprocess.Popen[Any], grace_s: float = 10.0) -> None:

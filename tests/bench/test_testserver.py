@@ -5,10 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 
-from kvtier.bench.testserver import FakeCluster, main
+from kvtier.bench.testserver import FakeCluster, free_port, main, stop_process, wait_until_answering
 from tests.support import ROOT
 
 
@@ -56,3 +57,19 @@ def test_a_cluster_that_cannot_start_leaves_nothing_running() -> None:
         assert cluster.failed_port == taken
         assert threading.active_count() == before  # the loop's thread is stopped
         assert cluster.servers[0]._server is not None and not cluster.servers[0]._server.is_serving()
+
+
+def test_wait_until_answering_names_an_exited_process_and_a_silent_one(tmp_path: Path) -> None:
+    """The one wait for Prometheus and exporters that tests start: a dead process or a silent port is one line."""
+    log = tmp_path / "log"
+    log.write_text("boom: bad flag\n")
+    dead = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    dead.wait(timeout=30)
+    with pytest.raises(RuntimeError, match=r"exporter exited with 3: boom: bad flag"):
+        wait_until_answering(dead, f"http://127.0.0.1:{free_port()}/", log, "exporter")
+    silent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        with pytest.raises(RuntimeError, match=r"did not answer .* within 1 s"):
+            wait_until_answering(silent, f"http://127.0.0.1:{free_port()}/", log, "exporter", timeout_s=1)
+    finally:
+        stop_process(silent)

@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 import yaml
 
-from kvtier.bench.testserver import free_port, stop_process
+from kvtier.bench.testserver import free_port, stop_process, wait_until_answering
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
@@ -237,16 +237,7 @@ def janitor_exporter(l2_root: Path, config: Config, log: Path) -> Iterator[str]:
         proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise EngineError(f"the janitor exited with {proc.returncode}: {log.read_text()[-800:]}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/metrics", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.3)
-        else:
-            raise EngineError("the janitor's exporter did not answer within 30 s")
+        wait_until_answering(proc, f"{url}/metrics", log, "the janitor's exporter")
         yield url
     finally:
         stop_process(proc)
