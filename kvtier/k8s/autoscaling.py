@@ -55,6 +55,11 @@ def signal_server(env: Environment, endpoint: Endpoint) -> str | None:
     return keda.signal_server(env.observability, env.keda, endpoint.mode)
 
 
+def _number(value: float) -> str:
+    """KEDA's metadata values are strings: whole numbers without a fraction, others in full (never rounded)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
 def _trigger_name(endpoint: str, index: int, trigger: SignalTrigger | PrometheusTrigger | CloudWatchTrigger) -> str:
     kind = trigger.signal.replace("_", "-") if isinstance(trigger, SignalTrigger) else trigger.type
     return f"{endpoint}-{kind}" if index == 0 else f"{endpoint}-{kind}-{index}"
@@ -148,8 +153,8 @@ def _keda_trigger(env: Environment, lob: str, endpoint: Endpoint, index: int, t:
             "namespace": t.namespace,
             "metricName": t.metric_name,
             "metricStat": t.statistic,
-            "targetMetricValue": f"{t.target_value:g}",
-            "activationTargetMetricValue": f"{t.activation_target_value:g}",
+            "targetMetricValue": _number(t.target_value),
+            "activationTargetMetricValue": _number(t.activation_target_value),
             "minMetricValue": "0",  # required by the scaler; what an empty CloudWatch answer counts as
             "awsRegion": env.region,
         }
@@ -162,8 +167,8 @@ def _keda_trigger(env: Environment, lob: str, endpoint: Endpoint, index: int, t:
         metadata = {
             "serverAddress": server,
             "query": signal_query(lob, endpoint.name, t.signal),
-            "threshold": f"{t.target:g}",
-            "activationThreshold": f"{t.activation_target:g}",
+            "threshold": _number(t.target),
+            "activationThreshold": _number(t.activation_target),
         }
         if server == amp_query_url(env):
             metadata["awsRegion"] = env.region
@@ -173,8 +178,8 @@ def _keda_trigger(env: Environment, lob: str, endpoint: Endpoint, index: int, t:
         metadata = {
             "serverAddress": t.server_address,
             "query": t.query,
-            "threshold": f"{t.target_value:g}",
-            "activationThreshold": f"{t.activation_target_value:g}",
+            "threshold": _number(t.target_value),
+            "activationThreshold": _number(t.activation_target_value),
             "awsRegion": t.server_address.split(".")[1],  # https://aps-workspaces.<region>.amazonaws.com/...
         }
         trigger = {"type": "prometheus", "name": name, "metadata": metadata}

@@ -111,6 +111,16 @@ def test_standalone_signals_scale_the_deployment_through_the_in_cluster_promethe
     assert by_name["llama31-8b-ttft-p90-over-slo-1"]["metricType"] == "Value"
 
 
+def test_thresholds_are_written_in_full(prod: Config) -> None:
+    """KEDA parses the string: a large or fractional target is never rounded to six digits."""
+    big = SignalTrigger(signal="computed_tokens_per_replica", target=1234567.0)
+    fine = SignalTrigger(signal="ttft_p90_over_slo", target=0.8125, activation_target=0.05)
+    endpoint = _scaled(prod.lob("support").endpoints[0], big, fine)
+    first, second = scaled_object(_in_cluster(prod.env), "support", endpoint)["spec"]["triggers"]
+    assert first["metadata"]["threshold"] == "1234567"
+    assert (second["metadata"]["threshold"], second["metadata"]["activationThreshold"]) == ("0.8125", "0.05")
+
+
 def test_standalone_aws_triggers_sign_with_kedas_own_identity(prod: Config) -> None:
     env = _on_amp(prod.env)
     endpoint = _scaled(prod.lob("support").endpoints[0], SIGNALS[0], CLOUDWATCH, RAW_AMP)
