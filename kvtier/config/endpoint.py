@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import typing
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
@@ -167,7 +166,6 @@ class CloudWatchTrigger(StrictModel):
 # replica per second, and tokens loaded from L2 per replica per second. Not GPU KV utilisation: with tiering on, it
 # sits near 100% whatever the load (docs/endpoints.md "Autoscaling").
 Signal = Literal["queue_per_replica", "ttft_p90_over_slo", "computed_tokens_per_replica", "l2_hit_tokens_per_replica"]
-SIGNALS: tuple[Signal, ...] = typing.get_args(Signal)
 
 
 class SignalTrigger(StrictModel):

@@ -155,3 +155,13 @@ def test_an_unknown_signal_lists_the_known_ones(config_copy: Path, capsys: pytes
     line = _one_line(capsys, config_copy)
     assert "endpoints[0].autoscaling.trigger.signal: 'gpu_kv_usage' is not allowed" in line
     assert "queue_per_replica" in line
+
+
+def test_a_standalone_maximum_counts_against_the_quota_and_the_gpu_groups(
+    config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """support's quota is 2 GPUs: an autoscaling maximum of 3 is refused though it runs 2 replicas today."""
+    _edit(config_copy, "environments/prod.yaml", _env(keda={"prometheus_url": IN_CLUSTER}))
+    _edit(config_copy, "lobs/support.yaml", _support({"min_replicas": 2, "max_replicas": 3, "trigger": QUEUE}))
+    line = _one_line(capsys, config_copy)
+    assert "support.yaml: gpu_quota: " in line and "raise gpu_quota to at least 3" in line
