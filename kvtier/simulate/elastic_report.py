@@ -61,9 +61,10 @@ def comparison_lines(rows: Sequence[ElasticRow]) -> list[str]:
         on, off = runs.get(True), runs.get(False)
         if on is None or off is None:
             continue
-        change = (on.gpu_hours - off.gpu_hours) / off.gpu_hours if off.gpu_hours else 0.0
+        change = round(100 * (on.gpu_hours - off.gpu_hours) / off.gpu_hours) if off.gpu_hours else 0
         lines.append(
-            f"min {low}: with the shared L2 {on.gpu_hours:,.2f} GPU-hours ({change:+.0%}) and TTFT p90 "
+            f"min {low}: with the shared L2 {on.gpu_hours:,.2f} GPU-hours ({f'{change:+d}%' if change else 'same'}) "
+            "and TTFT p90 "
             f"{on.result.ttft_s['p90']:.2f} s, without it {off.gpu_hours:,.2f} and {off.result.ttft_s['p90']:.2f} s; "
             f"{_first_reads(on)}"
         )
@@ -77,7 +78,8 @@ def _first_reads(run: ElasticResult) -> str:
     prompt = sum(f.total for f in firsts)
     from_l2 = sum(f.l2_same + f.l2_other for f in firsts)
     return (
-        f"the first requests of {len(firsts)} new replicas read {from_l2 / prompt:.0%} of their prompt tokens from L2"
+        f"the first requests of {len(firsts)} new replica{'s' if len(firsts) > 1 else ''} read {from_l2 / prompt:.0%} "
+        "of their prompt tokens from L2"
     )
 
 

@@ -182,9 +182,12 @@ def write_elastic_plot(runs: Sequence[tuple[str, ElasticResult]], out_dir: Path,
     span = max((t for _, run in runs for t, *_ in run.timeline), default=0.0)
     window = max(runs[0][1].policy.polling_s, span / 60) if runs else 60.0  # about 60 points at most
     values: list[float] = []
-    for label, run in runs:
+    for order, (label, run) in enumerate(runs):
+        width = max(3.0 - 1.5 * order, 1.0)  # the first run drawn wider: equal replica counts stay visible
         minutes = [t / 60 for t, *_ in run.timeline]
-        line = top.step(minutes, [ready for _, ready, _ in run.timeline], where="post", label=f"{label}: ready")
+        line = top.step(
+            minutes, [ready for _, ready, _ in run.timeline], where="post", linewidth=width, label=f"{label}: ready"
+        )
         colour = line[0].get_color()
         top.step(
             minutes,
