@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvtier.cli.common import print_json
 from kvtier.errors import ExitCode, UsageError
-from kvtier.simulate.elastic import STARTUP_S, TARGET_INFLIGHT
+from kvtier.simulate.elastic import STARTUP_S, TARGET_INFLIGHT, ScalePolicy
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
@@ -69,10 +69,9 @@ def check_flags(args: argparse.Namespace) -> None:
         raise UsageError("--autoscale sweeps min replicas, not sizes; give one --l1-gib and one --l2-gb")
 
 
-def policies(args: argparse.Namespace, endpoint: Endpoint) -> list[Any]:
+def policies(args: argparse.Namespace, endpoint: Endpoint) -> list[ScalePolicy]:
     """One ScalePolicy per min replicas: flags first, then the endpoint's autoscaling section, then its defaults."""
     from kvtier.config.endpoint import Autoscaling
-    from kvtier.simulate.elastic import ScalePolicy
 
     section = endpoint.autoscaling
 
@@ -135,10 +134,10 @@ def run(
         kv_aware_threshold=args.kv_aware_threshold,
         **l2_settings,
     )
+    units = to_units(trace, models[0][1].chunk_tokens, args.qps_scale)  # the L2 size changes no chunk
     rows = []
     for plan in plans:
         for has_l2, model in models:
-            units = to_units(trace, model.chunk_tokens, args.qps_scale)
             rows.append(
                 ElasticRow(
                     plan.min_replicas, has_l2, simulate_elastic(units, model, sim, plan, endpoint.tensor_parallel)
