@@ -16,6 +16,7 @@ import yaml
 
 from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
+from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
     COMPONENT_LABEL,
@@ -184,7 +185,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": endpoint.replicas,
+            # With autoscaling, KEDA's HPA owns the count: a replicas field would reset it on every apply.
+            **({} if endpoint.autoscaling else {"replicas": endpoint.replicas}),
             # A new pod cannot get a GPU while the old ones hold them all: replace one at a time, never surge.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "engine"}},
@@ -225,3 +227,4 @@ def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoi
         api_object(chart, "lmcache-config", lmcache_config_map(lob, endpoint))
     api_object(chart, "engine", engine_deployment(env, lob, endpoint))
     api_object(chart, "engine-service", engine_service(lob, endpoint))
+    add_standalone_autoscaling(chart, env, lob, endpoint)
