@@ -109,6 +109,9 @@ def operator_autoscaling_spec(env: Environment, lob: str, endpoint: Endpoint) ->
         "maxReplicaCount": autoscaling.max_replicas,
         "pollingInterval": autoscaling.polling_interval_s,
         "cooldownPeriod": autoscaling.cooldown_period_s,
+        # cooldownPeriod only governs scaling to zero; from 1 to N the HPA's scale-down window does (what
+        # `kvtier simulate --autoscale` models): docs/references.md, "Issue 27 (part C)".
+        "scaleDownStabilizationTime": autoscaling.cooldown_period_s,
     }
     triggers = autoscaling.all_triggers
     prometheus: list[dict[str, Any]] = []
@@ -202,6 +205,12 @@ def scaled_object(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, A
             "maxReplicaCount": autoscaling.max_replicas,
             "pollingInterval": autoscaling.polling_interval_s,
             "cooldownPeriod": autoscaling.cooldown_period_s,
+            # The same window in both modes: the HPA's scale-down stabilization (cooldownPeriod is scale-to-zero only).
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": {"scaleDown": {"stabilizationWindowSeconds": autoscaling.cooldown_period_s}}
+                }
+            },
             "triggers": [_keda_trigger(env, lob, endpoint, i, t, auth) for i, t in enumerate(autoscaling.all_triggers)],
         },
     }

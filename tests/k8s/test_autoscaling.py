@@ -196,3 +196,18 @@ def test_every_signal_query_reads_a_recorded_series(prod: Config) -> None:
     for signal, record in SIGNAL_RECORDS.items():
         assert record in recorded, signal
         assert signal_query("retail", "qwen3-8b", signal).startswith(f"max({record}{{")
+
+
+def test_cooldown_is_the_scale_down_window_in_both_modes(prod: Config) -> None:
+    """KEDA's cooldownPeriod only governs scaling to zero (min_replicas >= 1 here), so the endpoint's cooldown must
+    reach the HPA's scale-down stabilization window, the window `kvtier simulate --autoscale` models."""
+    base = prod.lob("retail").endpoints[0]
+    policy = Autoscaling(min_replicas=1, max_replicas=2, cooldown_period_s=123, trigger=RAW_AMP)
+    spec = operator_autoscaling_spec(prod.env, "retail", base.model_copy(update={"autoscaling": policy}))
+    assert spec["scaleDownStabilizationTime"] == 123
+    support = prod.lob("support").endpoints[0]
+    standalone = support.model_copy(
+        update={"replicas": 1, "autoscaling": Autoscaling(max_replicas=2, cooldown_period_s=123, triggers=(SIGNALS[0],))}
+    )
+    behavior = scaled_object(_in_cluster(prod.env), "support", standalone)["spec"]["advanced"]
+    assert behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 123
