@@ -310,11 +310,11 @@ def test_lob_namespaces_are_found_at_run_time(tmp_path: Path, fuse: FaultFS, clu
     assert sorted(h.check()["evicted_pods"]) == ["kvtier-retail/engine-a", "kvtier-retail/engine-b"]
 
 
-def healer_args(cluster: FakeCluster, tmp_path: Path, *extra: str) -> list[str]:
+def healer_args(cluster: FakeCluster, tmp_path: Path, *extra: str, mountinfo: str = MOUNTINFO) -> list[str]:
     return [
         f"--node={NODE}",
         "--namespace=kvtier-retail",
-        f"--mountinfo={MOUNTINFO}",
+        f"--mountinfo={mountinfo}",
         f"--pods-dir={tmp_path / 'pods'}",
         f"--fuse-dir={tmp_path / 'plugins'}",
         f"--api-url={cluster.url}",
@@ -432,8 +432,7 @@ def test_a_non_root_healer_with_only_the_mount_table_heals_and_cannot_read_the_p
         try:
             fuse.restart()
             as_healer = ["setpriv", f"--reuid={NON_ROOT}", f"--regid={NON_ROOT}", "--clear-groups", "--inh-caps=-all"]
-            args = healer_args(cluster, tmp_path, "--dead-checks=1", "--once")
-            args[2] = f"--mountinfo={table}"
+            args = healer_args(cluster, tmp_path, "--dead-checks=1", "--once", mountinfo=str(table))
             done = subprocess.run(
                 [*as_healer, python, str(script), *args], capture_output=True, text=True, timeout=60, check=False
             )
