@@ -293,18 +293,20 @@ def curvine_findings(env: Environment, snapshot: Snapshot) -> list[Finding]:
 
 
 def _mount_finding(node: str, healers: Sequence[Obj]) -> Finding:
-    """The node's L2 healer is Ready only while every L2 mount on the node answered its last stat (its /readyz)."""
+    """The node's L2 healer is Ready only while every L2 mount on the node is on the node's live FUSE connection and
+    the Curvine master and the node's FUSE answer (its /readyz)."""
     subject = f"L2 mounts on {node}"
     if not healers:
         return Finding("curvine", subject, False, f"no {HEALER} pod: dead L2 mounts there are neither found nor healed")
     if all(_ready(p) for p in healers):
-        return Finding("curvine", subject, True, "every L2 mount answered the healer's last check")
+        return Finding("curvine", subject, True, "every L2 mount was on the live FUSE at the healer's last check")
     name = _name(healers[0])
     return Finding(
         "curvine",
         subject,
         False,
-        f"an L2 mount does not answer (dead or hung FUSE); the healer restarts its pods: "
+        f"an L2 mount is on a dead FUSE, or the Curvine master or the node's FUSE does not answer; the healer "
+        f"restarts the pods of dead mounts once both answer: "
         f"kubectl -n {CURVINE_NAMESPACE} logs {name}",
     )
 

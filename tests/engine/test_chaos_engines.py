@@ -38,6 +38,7 @@ def test_hits_resume_after_master_down_and_slow_worker(observed: ChaosObserved) 
 def test_the_healer_deletes_nothing_until_fuse_dies_then_exactly_the_engines(observed: ChaosObserved) -> None:
     for phase in observed.phases:
         assert phase.deleted_during == [], phase.fault
+    assert observed.healer_deleted_while_fuse_down == [], "a new pod would get no working mount either"
     assert observed.healer_deleted_after_dead == ["kvtier-support/engine-A", "kvtier-support/engine-B"]
 
 

@@ -69,7 +69,7 @@ def test_broken_cluster_reports_each_silent_failure(dev: Config) -> None:
     assert problems["kvtier-retail/l2-cache"] == "Pending"
     assert "matchConditions require" in problems["kvtier-retail/kvtier-l2-curvine"]
     # The healer on ...0003 is not Ready: a mount there did not answer; ...0004 has no healer at all.
-    assert problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60003"].startswith("an L2 mount does not answer")
+    assert problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60003"].startswith("an L2 mount is on a dead FUSE")
     assert "kubectl -n curvine logs kvtier-l2-healer-a0x7k" in problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60003"]
     assert problems["L2 mounts on hyperpod-i-0a1b2c3d4e5f60004"].startswith("no kvtier-l2-healer pod")
     assert len(problems) == 8

@@ -1,8 +1,10 @@
 """The L2 healer: a DaemonSet on GPU nodes that deletes L2 pods whose Curvine mount died with a FUSE restart, so their
 controllers recreate them with a live mount (docs/l2.md "When a FUSE mount dies").
 
-The logic is scripts/l2_healer.py, run by the Curvine runtime image's python3. It reads the kubelet's pod volume
-directories (read-only) and may remove pods only in the LOB namespaces, each of which grants that in a Role bound by
+The logic is scripts/l2_healer.py, run by the Curvine runtime image's python3 as a non-root user. It reads one host
+file, the node's mount table (`/proc/1/mountinfo`, read-only): no pod's volumes, Secrets or tokens are mounted into
+it (docs/l2.md "Least privilege"). It may remove pods only in the LOB namespaces, each of which grants that in a Role
+bound by
 `add_healer_access` (RBAC cannot name a namespace pattern, so there is no cluster-wide grant). A
 ValidatingAdmissionPolicy (`guard_objects`) lets the API server refuse any pod delete by the healer unless the pod holds
 the L2 claim, and admits its evictions only as dry runs (the PodDisruptionBudget check before the delete).
@@ -24,8 +26,12 @@ from kvtier.k8s.placement import placement
 from kvtier.serving import L2_CLAIM
 from kvtier.sizing import HEALER_RESOURCES
 
-PODS_DIR = f"{names.KUBELET_DIR}/pods"
+PODS_DIR = f"{names.KUBELET_DIR}/pods"  # only matched in the mount table: never mounted into the healer
+HOST_MOUNTINFO = "/proc/1/mountinfo"  # the host's init's mount table: the node's mounts, host paths
+MOUNTINFO = "/host/proc/1/mountinfo"  # where the healer sees it
+FUSE_FSTYPE = "fuse.curvinefs"  # curvine-fuse's mount type (docs/references.md "Issue 22")
 SCRIPT_DIR = "/opt/kvtier/healer"
+HEALER_UID = 65532  # any non-root user: the mount table is world-readable (docs/references.md "Issue 22")
 INTERVAL_SECONDS = 15
 # Only what the healer needs in a LOB namespace: find the pods on its node (list), ask whether a PodDisruptionBudget
 # allows removing one (an Eviction dry run) and delete it (the guard admits only pods that hold the L2 claim).
@@ -49,13 +55,14 @@ def healer_service_account() -> str:
 def healer_args(env: Environment) -> list[str]:
     labels = names.component_labels("l2-healer")
     return [
+        f"--mountinfo={MOUNTINFO}",
         f"--pods-dir={PODS_DIR}",
-        f"--driver={names.CSI_DRIVER}",
+        f"--fuse-dir={names.PLUGIN_DIR}",  # curvine-csi's FUSE pod mounts under it (standalone_manager.go)
+        f"--fstype={FUSE_FSTYPE}",
         f"--claim={L2_CLAIM}",
         # The LOB namespaces are looked up at run time: adding a LOB changes no platform object (docs/l2.md).
         f"--namespace-selector={LOB_LABEL}",
         f"--interval-seconds={INTERVAL_SECONDS}",
-        "--stat-timeout-seconds=5",
         f"--dead-checks={DEAD_CHECKS}",
         *(f"--master-url={names.master_web_url(i)}" for i in range(env.curvine.masters)),
         # The FUSE pods use the host network (names.FUSE_WEB_PORT); the kubelet expands $(HOST_IP).
@@ -106,7 +113,7 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
             env_var("PYTHONUNBUFFERED", "1"),
         ],
         "ports": [{"name": "health", "containerPort": names.HEALER_HEALTH_PORT}],
-        # Ready = every L2 mount on the node answered in the last check (what `kvtier verify` reads); alive = checking.
+        # Ready = every L2 mount is on the node's live FUSE and master and FUSE answer (what `kvtier verify` reads).
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "health"},
             "periodSeconds": 15,
@@ -120,11 +127,16 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
             "failureThreshold": 3,
         },
         "resources": HEALER_RESOURCES,
-        # Root without capabilities: the kubelet's pod directories are root's, mode 0750; nothing else is needed.
-        "securityContext": {**RESTRICTED_READ_ONLY, "runAsUser": 0, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            **RESTRICTED_READ_ONLY,
+            "runAsNonRoot": True,
+            "runAsUser": HEALER_UID,
+            "runAsGroup": HEALER_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "volumeMounts": [
-            # HostToContainer: mounts the kubelet makes after the healer started are visible to it.
-            {"name": "pods", "mountPath": PODS_DIR, "readOnly": True, "mountPropagation": "HostToContainer"},
+            # One file, not the host's /proc: no other process's files, no /proc/1/root.
+            {"name": "mountinfo", "mountPath": MOUNTINFO, "readOnly": True},
             {"name": "script", "mountPath": SCRIPT_DIR, "readOnly": True},
         ],
     }
@@ -153,7 +165,7 @@ def healer_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
                         "securityContext": dict(POD_SECURITY),
                         "containers": [container],
                         "volumes": [
-                            {"name": "pods", "hostPath": {"path": PODS_DIR, "type": "Directory"}},
+                            {"name": "mountinfo", "hostPath": {"path": HOST_MOUNTINFO, "type": "File"}},
                             {"name": "script", "configMap": {"name": names.HEALER}},
                         ],
                     },

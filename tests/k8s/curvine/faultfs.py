@@ -3,6 +3,8 @@
 A passthrough filesystem (mfusepy over libfuse3, Debian `fuse3`) over a source directory runs in its own process, so
 killing it leaves the kernel mount behind answering ENOTCONN, exactly like the bind mount of a dead Curvine FUSE pod.
 Attribute and entry caching are off (`attr_timeout=0`, `entry_timeout=0`), so every lookup reaches the daemon.
+The mount looks like Curvine's in the mount table: source `curvinefs`, type `fuse.curvinefs` (curvine-fuse
+`fuse_pure.rs`, docs/references.md "Issue 22").
 
 API (tests in tests/k8s/curvine and tests/engine; docs/l2.md "Failure modes, tested"):
 
@@ -11,6 +13,8 @@ API (tests in tests/k8s/curvine and tests/engine; docs/l2.md "Failure modes, tes
         fs.set_fault("none")
         fs.bind(target)                  # a bind mount of it, as curvine-csi gives each pod (lazily unmounted too)
         fs.kill_daemon()                 # SIGKILL: the mount and its bind mounts now answer ENOTCONN
+        fs.restart()                     # a new daemon at the same mount point (a new FUSE connection), as
+                                         # curvine-csi's FUSE pod after a crash; the bind mounts stay on the old one
 
 Faults (`set_fault(kind, **params)`), each what docs/references.md "Issue 22" says Curvine does:
   - none
@@ -76,10 +80,15 @@ def require_fuse() -> None:
     pytest.skip(f"FUSE not available: {reason}")
 
 
-def _is_mounted(path: Path) -> bool:
+def _mounts_at(path: Path) -> set[bytes]:
+    """The ids of the mounts at `path` in this process's mount table."""
     target = os.fsencode(path.resolve()).replace(b" ", b"\\040")
     lines = Path("/proc/self/mountinfo").read_bytes().splitlines()
-    return any(line.split()[4] == target for line in lines)
+    return {line.split()[0] for line in lines if line.split()[4] == target}
+
+
+def _is_mounted(path: Path) -> bool:
+    return bool(_mounts_at(path))
 
 
 @dataclass
@@ -112,6 +121,16 @@ class FaultFS:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=UNMOUNT_TIMEOUT_S)
 
+    def restart(self) -> None:
+        """What a Curvine FUSE pod's restart does to the node: the dead mount is lazily unmounted (the pod's preStop,
+        curvine-csi's stale-mount cleanup) and a new daemon mounts the same source at the same point, on a new FUSE
+        connection. Bind mounts made before stay on the old, dead one."""
+        self.kill_daemon()
+        _unmount(self.path)
+        before = _mounts_at(self.path)
+        self.process = _start(self.source, self.path, self.control, self.log)
+        _wait_mounted(self, before)
+
     def daemon_log(self) -> str:
         return self.log.read_text(encoding="utf-8", errors="replace")[-4000:]
 
@@ -121,43 +140,54 @@ def _unmount(path: Path) -> None:
     subprocess.run([FUSERMOUNT, "-u", "-z", str(path)], capture_output=True, timeout=UNMOUNT_TIMEOUT_S, check=False)
 
 
-@contextmanager
-def mount(tmpdir: Path, source: Path | None = None) -> Iterator[FaultFS]:
-    """Mount a fault-injecting passthrough of `source` (default: a new folder in tmpdir) at tmpdir/'mnt'."""
-    require_fuse()
-    tmpdir = Path(tmpdir)
-    source = source or tmpdir / "source"
-    source.mkdir(parents=True, exist_ok=True)
-    mountpoint = tmpdir / "mnt"
-    mountpoint.mkdir(parents=True, exist_ok=True)
-    control = tmpdir / "fault.json"
-    control.write_text(json.dumps({"kind": "none"}), encoding="utf-8")
-    log = tmpdir / "faultfs.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
+def _start(source: Path, mountpoint: Path, control: Path, log: Path) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
             [sys.executable, __file__, str(source), str(mountpoint), str(control)],
             stdout=out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-    fs = FaultFS(mountpoint, source, control, process, log)
+
+
+def _wait_mounted(fs: FaultFS, before: set[bytes]) -> None:
+    """Until a mount not in `before` is at fs.path, the daemon's (bounded); raises with the daemon's log otherwise."""
+    deadline = time.monotonic() + MOUNT_TIMEOUT_S
+    while not _mounts_at(fs.path) - before:
+        if fs.process.poll() is not None:
+            raise RuntimeError(f"the FUSE daemon exited with {fs.process.returncode}: {fs.daemon_log()}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no FUSE mount at {fs.path} within {MOUNT_TIMEOUT_S:.0f} s: {fs.daemon_log()}")
+        time.sleep(0.05)
+
+
+@contextmanager
+def mount(tmpdir: Path, source: Path | None = None, mountpoint: Path | None = None) -> Iterator[FaultFS]:
+    """Mount a fault-injecting passthrough of `source` (default: a new folder in tmpdir) at `mountpoint` (default:
+    tmpdir/'mnt'; an existing live mount there is stacked on, as a FUSE pod's new mount on its predecessor's)."""
+    require_fuse()
+    tmpdir = Path(tmpdir)
+    tmpdir.mkdir(parents=True, exist_ok=True)
+    source = source or tmpdir / "source"
+    source.mkdir(parents=True, exist_ok=True)
+    mountpoint = mountpoint or tmpdir / "mnt"
+    mountpoint.mkdir(parents=True, exist_ok=True)
+    control = tmpdir / "fault.json"
+    control.write_text(json.dumps({"kind": "none"}), encoding="utf-8")
+    log = tmpdir / "faultfs.log"
+    before = _mounts_at(mountpoint)
+    fs = FaultFS(mountpoint, source, control, _start(source, mountpoint, control, log), log)
     try:
-        deadline = time.monotonic() + MOUNT_TIMEOUT_S
-        while not _is_mounted(mountpoint):
-            if process.poll() is not None:
-                raise RuntimeError(f"the FUSE daemon exited with {process.returncode}: {fs.daemon_log()}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no FUSE mount at {mountpoint} within {MOUNT_TIMEOUT_S:.0f} s: {fs.daemon_log()}")
-            time.sleep(0.05)
+        _wait_mounted(fs, before)
         yield fs
     finally:
         fs.set_fault("none")  # releases anything hung inside before the unmount
         for target in reversed(fs.binds):
             subprocess.run(["umount", "-l", str(target)], capture_output=True, timeout=UNMOUNT_TIMEOUT_S, check=False)
         _unmount(mountpoint)
-        stop_process(process, UNMOUNT_TIMEOUT_S)
-        if _is_mounted(mountpoint):  # the daemon died before the first unmount took
+        stop_process(fs.process, UNMOUNT_TIMEOUT_S)
+        if _mounts_at(mountpoint) - before:  # the daemon died before the first unmount took (never a mount below)
             _unmount(mountpoint)
 
 
@@ -334,7 +364,8 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
         Passthrough(),
         mountpoint,
         foreground=True,
-        fsname="faultfs",
+        fsname="curvinefs",
+        subtype="curvinefs",
         attr_timeout=0,
         entry_timeout=0,
         negative_timeout=0,

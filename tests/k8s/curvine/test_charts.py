@@ -407,20 +407,22 @@ def test_worker_fuse_and_healer_are_guaranteed_and_above_the_engines(name: str) 
     assert plugin_env["STANDALONE_MEMORY_REQUEST"] == plugin_env["STANDALONE_MEMORY_LIMIT"]
 
 
-def test_the_healer_reads_kubelet_mounts_read_only_and_may_only_list_and_delete_lob_pods() -> None:
+def test_the_healer_reads_only_the_mount_table_as_non_root_and_may_only_list_and_delete_lob_pods() -> None:
     env = env_named("prod")
     objs = objects("prod")
     pod = find(objs, "DaemonSet", names.HEALER)["spec"]["template"]["spec"]
     healer = container(pod, "healer")
     assert pod["nodeSelector"] == placement(env, "gpu").node_selector
-    pods_mount = next(m for m in healer["volumeMounts"] if m["name"] == "pods")
-    assert pods_mount == {
-        "name": "pods",
-        "mountPath": "/var/lib/kubelet/pods",
-        "readOnly": True,
-        "mountPropagation": "HostToContainer",
-    }
+    # One host file, read-only: no hostPath to the kubelet's pod directories (other pods' Secrets and tokens).
+    host_paths = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert host_paths == {"mountinfo": {"path": "/proc/1/mountinfo", "type": "File"}}
+    assert [m for m in healer["volumeMounts"] if m["name"] == "mountinfo"] == [
+        {"name": "mountinfo", "mountPath": "/host/proc/1/mountinfo", "readOnly": True}
+    ]
+    assert "--mountinfo=/host/proc/1/mountinfo" in healer["args"]
+    assert not pod.get("hostPID") and not pod.get("hostNetwork")
     security = healer["securityContext"]
+    assert security["runAsNonRoot"] is True and security["runAsUser"] != 0 and security["runAsGroup"] != 0
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"] == {"drop": ["ALL"]}
     assert security["readOnlyRootFilesystem"] is True and security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert "privileged" not in security

@@ -1,26 +1,31 @@
 #!/usr/bin/env python3
-"""kvtier L2 healer: finds L2 mounts on its node whose FUSE process is gone and evicts the pods that hold them.
+"""kvtier L2 healer: finds L2 mounts on its node left on a dead FUSE connection and evicts the pods that hold them.
 
-Every L2 pod gets a bind mount of the node's one Curvine FUSE mount (curvine-csi node_standalone.go). When the FUSE
-process dies or restarts, those bind mounts stay behind, dead: the kernel answers ENOTCONN (docs/references.md
-"Issue 22"), and LMCache carries on with zero L2 without an error. Every --interval-seconds this looks at each Curvine
-CSI volume the kubelet mounted for a pod on this node (`<pods-dir>/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`,
-the driver named in the kubelet's `vol_data.json`), stats and opens it with a timeout, and:
-  - heals only a dead mount (ENOTCONN or ECONNABORTED, --dead-checks checks in a row). A mount that hangs or answers
-    EIO is what a Curvine master outage or a slow worker looks like (Curvine's client retries for minutes and maps
-    unknown errors to EIO); FUSE recovers from those by itself, so they are reported, never healed;
-  - before acting, checks the Curvine master (any --master-url answers /api/overview) and this node's FUSE
-    (--fuse-health-url answers): when either is down a new pod would not get a working mount either, so it holds;
+Every L2 pod gets a bind mount of the node's one Curvine FUSE mount (curvine-csi node_standalone.go `mount --bind`).
+When the FUSE process dies, those bind mounts stay behind on its dead connection (they answer ENOTCONN), and LMCache
+carries on with zero L2 without an error. The healer never opens any of them, nor anything of another pod: it reads
+only the node's mount table (--mountinfo, the host's /proc/1/mountinfo, read-only) and compares, for each pod's
+Curvine volume (`<pods-dir>/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount`, type --fstype), its FUSE connection
+(the mount's major:minor) with the connection of the node's FUSE mount now (the topmost mount of type --fstype under
+--fuse-dir, where curvine-csi's FUSE pod mounts). A bind mount whose connection is no longer the node's is dead: the
+FUSE it came from was restarted or unmounted, and only a new pod gets the live one (docs/references.md "Issue 22").
+Every --interval-seconds it:
+  - heals only a dead mount (--dead-checks checks in a row). A master outage or a slow worker does not change the
+    connection: FUSE recovers from those by itself, so they never lead to a restart;
+  - checks the Curvine master (any --master-url answers /api/overview) and this node's FUSE (--fuse-health-url
+    answers) whenever the node has L2 mounts: either down is reported (not Ready), and when a mount is dead the
+    healer holds, because a new pod would not get a working mount either;
   - holds too when more than --brake-share of the healers (at least --brake-min-nodes) report at once (their
     readiness, --healer-namespace/--healer-selector): a fleet-wide failure is not a node's to heal;
   - evicts (an Eviction API dry run, so PodDisruptionBudgets apply, then a delete the API server admits only for
     pods that hold the L2 claim) only pods that hold claim --claim in the --namespace namespaces and those that
-    match --namespace-selector (looked up at each eviction, so a new LOB needs no new argument), at most one per endpoint (the pod's controller) per --endpoint-interval-seconds; a namespace it
-    cannot list is reported and the others are still healed.
-/readyz answers 503 while any mount on the node does not answer or the healer holds (what `kvtier verify` reports),
-/healthz 503 when the loop itself stopped, /metrics the kvtier_l2_healer_* series. One JSON line per check that found
-something. --once: one check, then exit (tests).
-Exit 0 done, 2 bad arguments, 3 the Kubernetes API could not be reached (--once).
+    match --namespace-selector (looked up at each eviction, so a new LOB needs no new argument), at most one per
+    endpoint (the pod's controller) per --endpoint-interval-seconds; a namespace it cannot list is reported and the
+    others are still healed.
+/readyz answers 503 while a mount on the node is dead, the master or the node's FUSE does not answer, or the healer
+holds (what `kvtier verify` reports), /healthz 503 when the loop itself stopped, /metrics the kvtier_l2_healer_*
+series. One JSON line per check that found something. --once: one check, then exit (tests).
+Exit 0 done, 2 bad arguments or an unreadable --mountinfo, 3 the Kubernetes API could not be reached (--once).
 
 Runs on the Python 3.9 of the Curvine runtime image (Rocky Linux 9): standard library only, no 3.10+ syntax.
 """
@@ -28,9 +33,9 @@ Runs on the Python 3.9 of the Curvine runtime image (Rocky Linux 9): standard li
 from __future__ import annotations
 
 import argparse
-import errno
 import json
 import os
+import re
 import ssl
 import sys
 import threading
@@ -44,12 +49,24 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-# Only what a dead FUSE connection answers; EIO and ESTALE are what a live FUSE says when its master is away.
-DEAD_ERRNOS = frozenset({errno.ENOTCONN, errno.ECONNABORTED})
 CSI_DIR = "kubernetes.io~csi"
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 EXIT_OK, EXIT_USAGE, EXIT_NO_API = 0, 2, 3
 HELD_REASONS = ("master_down", "fuse_down", "brake")
+CHECKED = ("master", "fuse")
+MOUNTINFO_MAX_BYTES = 64 << 20  # a node's mount table is far smaller; never read without a bound
+
+
+@dataclass(frozen=True)
+class MountEntry:
+    """One line of /proc/<pid>/mountinfo (Linux Documentation/filesystems/proc.rst): `dev` is major:minor, the
+    st_dev of the file system; for FUSE the number of its connection, shared by every bind mount of it."""
+
+    mount_id: int
+    parent_id: int
+    dev: str
+    mount_point: str
+    fstype: str
 
 
 @dataclass(frozen=True)
@@ -57,67 +74,60 @@ class Mount:
     pod_uid: str
     volume: str  # the PersistentVolume's name
     path: str
+    dev: str  # its FUSE connection (major:minor)
 
 
-def find_mounts(pods_dir: str, driver: str) -> list[Mount]:
-    """The CSI volumes of `driver` the kubelet set up for pods on this node (kubelet pkg/volume/csi: vol_data.json
-    next to each `mount` directory names the driver and the PV)."""
-    found: list[Mount] = []
-    root = Path(pods_dir)
-    for data_file in sorted(root.glob(f"*/volumes/{CSI_DIR}/*/vol_data.json")):
-        try:
-            data = json.loads(data_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue  # a volume being set up or torn down
-        if not isinstance(data, dict) or data.get("driverName") != driver:
+def _unescape(text: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in paths as backslash + three octal digits."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), text)
+
+
+def parse_mountinfo(text: str) -> list[MountEntry]:
+    entries: list[MountEntry] = []
+    for line in text.splitlines():
+        head, separator, tail = line.partition(" - ")  # optional fields end with a lone "-"
+        fields, rest = head.split(), tail.split()
+        if not separator or len(fields) < 5 or not rest or not fields[0].isdigit() or not fields[1].isdigit():
             continue
-        pod_uid = data_file.relative_to(root).parts[0]
-        volume = str(data.get("specVolID") or data_file.parent.name)
-        found.append(Mount(pod_uid, volume, str(data_file.parent / "mount")))
-    return found
+        entries.append(MountEntry(int(fields[0]), int(fields[1]), fields[2], _unescape(fields[4]), rest[0]))
+    return entries
 
 
-class Prober:
-    """'ok', 'gone' (torn down meanwhile), 'hung', 'dead: <errno>' or 'error: <errno>' per mount. stat alone may be
-    answered from the kernel's attribute cache, so the directory is opened too (a FUSE OPENDIR reaches the daemon).
-    A probe still stuck from an earlier check is not started again: a long hang costs one thread per mount, not one
-    per mount per check."""
-
-    def __init__(self) -> None:
-        self.running: dict[str, threading.Thread] = {}
-
-    def check(self, path: str, timeout_s: float) -> str:
-        previous = self.running.get(path)
-        if previous is not None and previous.is_alive():
-            previous.join(timeout_s)
-            if previous.is_alive():
-                return "hung"
-        outcome: dict[str, str] = {}
-
-        def probe() -> None:
-            try:
-                Path(path).stat()
-                with os.scandir(path) as entries:
-                    next(entries, None)
-                outcome["status"] = "ok"
-            except FileNotFoundError:
-                outcome["status"] = "gone"
-            except OSError as err:
-                name = errno.errorcode.get(err.errno or 0, str(err.errno))
-                outcome["status"] = f"dead: {name}" if err.errno in DEAD_ERRNOS else f"error: {name}"
-
-        worker = threading.Thread(target=probe, name=f"stat {path}", daemon=True)
-        self.running[path] = worker
-        worker.start()
-        worker.join(timeout_s)
-        if worker.is_alive():
-            return "hung"
-        del self.running[path]
-        return outcome.get("status", "hung")
+def read_mountinfo(path: str) -> list[MountEntry]:
+    with Path(path).open("rb") as f:
+        data = f.read(MOUNTINFO_MAX_BYTES + 1)
+    if len(data) > MOUNTINFO_MAX_BYTES:
+        raise OSError(f"{path} is larger than {MOUNTINFO_MAX_BYTES} bytes")
+    return parse_mountinfo(data.decode("utf-8", errors="replace"))
 
 
-def check_mount(path: str, timeout_s: float) -> str:
-    return Prober().check(path, timeout_s)
+def l2_mounts(entries: list[MountEntry], pods_dir: str, fstype: str) -> list[Mount]:
+    """The pods' Curvine volumes: mounts of type `fstype` at the kubelet's CSI target path of a pod,
+    `<pods-dir>/<pod uid>/volumes/kubernetes.io~csi/<pv>/mount` (kubernetes pkg/volume/csi csi_mounter.go)."""
+    prefix = pods_dir.rstrip("/") + "/"
+    found: list[Mount] = []
+    for entry in entries:
+        if entry.fstype != fstype or not entry.mount_point.startswith(prefix):
+            continue
+        parts = entry.mount_point[len(prefix) :].split("/")
+        if len(parts) == 5 and parts[1:3] == ["volumes", CSI_DIR] and parts[4] == "mount":
+            found.append(Mount(parts[0], parts[3], entry.mount_point, entry.dev))
+    return sorted(found, key=lambda m: m.path)
+
+
+def live_connections(entries: list[MountEntry], fuse_dir: str, fstype: str) -> set[str]:
+    """The connections of the node's FUSE mounts now: at each mount point under `fuse_dir` the topmost mount (the
+    one no other mount at that point sits on: a FUSE started again over a dead mount stacks on it), if of `fstype`."""
+    prefix = fuse_dir.rstrip("/") + "/"
+    stacks: dict[str, list[MountEntry]] = {}
+    for entry in entries:
+        if entry.mount_point.startswith(prefix):
+            stacks.setdefault(entry.mount_point, []).append(entry)
+    live: set[str] = set()
+    for stack in stacks.values():
+        covered = {e.parent_id for e in stack}
+        live.update(e.dev for e in stack if e.mount_id not in covered and e.fstype == fstype)
+    return live
 
 
 def answers(url: str, timeout_s: float) -> bool:
@@ -209,9 +219,10 @@ class Healer:
     node: str
     namespaces: list[str]
     claim: str
+    mountinfo: str
     pods_dir: str
-    driver: str
-    stat_timeout_s: float
+    fuse_dir: str
+    fstype: str
     master_urls: list[str]
     fuse_health_url: str
     dead_checks: int = 2
@@ -224,20 +235,30 @@ class Healer:
     namespace_selector: str = ""
     dry_run: bool = False
     clock: Callable[[], float] = time.monotonic
-    prober: Prober = field(default_factory=Prober)
     dead_counts: dict[str, int] = field(default_factory=dict)
     last_eviction: dict[str, float] = field(default_factory=dict)
     ready: bool = True
     last_check: float = 0.0
     held: str | None = None
+    down: set[str] = field(default_factory=set)  # of CHECKED, at the last check
     states: dict[str, str] = field(default_factory=dict)
     evictions_total: int = 0
     namespace_errors_total: int = 0
 
     def check(self) -> dict[str, Any]:
-        """One look at every L2 mount on the node; evicts the pods of dead ones when it is safe to."""
-        mounts = find_mounts(self.pods_dir, self.driver)
-        states = {m.path: self.prober.check(m.path, self.stat_timeout_s) for m in mounts}
+        """One look at the node's mount table; evicts the pods of dead mounts when it is safe to."""
+        report: dict[str, Any] = {"node": self.node, "evicted_pods": [], "dry_run": self.dry_run}
+        try:
+            entries = read_mountinfo(self.mountinfo)
+        except OSError as err:  # nothing is known: report, act on nothing
+            report["mountinfo_error"] = str(err)
+            self.held, self.ready, self.last_check = None, False, time.time()
+            return report
+        mounts = l2_mounts(entries, self.pods_dir, self.fstype)
+        live = live_connections(entries, self.fuse_dir, self.fstype)
+        states = {
+            m.path: "ok" if m.dev in live else f"dead: connection {m.dev} is not the node's FUSE mount" for m in mounts
+        }
         self.states = states
         for path in list(self.dead_counts):
             if not states.get(path, "").startswith("dead"):
@@ -248,28 +269,38 @@ class Healer:
                 self.dead_counts[mount.path] = self.dead_counts.get(mount.path, 0) + 1
                 if self.dead_counts[mount.path] >= self.dead_checks:
                     dead.append(mount)
-        report: dict[str, Any] = {
-            "node": self.node,
-            "mounts": len(mounts),
-            "not_answering": {m.path: states[m.path] for m in mounts if states[m.path] not in ("ok", "gone")},
-            "evicted_pods": [],
-            "dry_run": self.dry_run,
-        }
+        # A node without L2 pods has nothing to report (curvine-csi starts its FUSE pod with the first L2 volume).
+        self.down = self._down() if mounts else set()
+        report.update(
+            mounts=len(mounts),
+            live_connections=sorted(live),
+            dead_mounts={m.path: states[m.path] for m in mounts if states[m.path] != "ok"},
+        )
+        if self.down:
+            report["down"] = sorted(self.down)
         self.held = self._hold_reason(report) if dead else None
         if dead and self.held is None:
             self._evict_pods_of(dead, report)
         if self.held is not None:
             report["held"] = self.held
-        self.ready = self.held is None and all(states[m.path] in ("ok", "gone") for m in mounts)
+        self.ready = self.held is None and not self.down and all(s == "ok" for s in states.values())
         self.last_check = time.time()
         return report
+
+    def _down(self) -> set[str]:
+        down: set[str] = set()
+        if not any(answers(f"{url.rstrip('/')}/api/overview", self.health_timeout_s) for url in self.master_urls):
+            down.add("master")
+        if not answers(self.fuse_health_url, self.health_timeout_s):
+            down.add("fuse")
+        return down
 
     def _hold_reason(self, report: dict[str, Any]) -> str | None:
         """Why evicting now would not help (a down master or FUSE: the new pod gets no working mount either), or
         would hurt (a fleet-wide failure)."""
-        if not any(answers(f"{url.rstrip('/')}/api/overview", self.health_timeout_s) for url in self.master_urls):
+        if "master" in self.down:
             return "master_down"
-        if not answers(self.fuse_health_url, self.health_timeout_s):
+        if "fuse" in self.down:
             return "fuse_down"
         if self.healer_namespace and self.healer_selector:
             try:
@@ -330,15 +361,16 @@ class Healer:
             report["namespace_errors"] = errors
 
     def metrics(self) -> str:
-        counts = dict.fromkeys(("ok", "hung", "dead", "error"), 0)
+        counts = dict.fromkeys(("ok", "dead"), 0)
         for state in self.states.values():
-            key = state.split(":")[0]
-            if key in counts:
-                counts[key] += 1
+            counts["ok" if state == "ok" else "dead"] += 1
         lines = [
-            "# HELP kvtier_l2_healer_mounts L2 mounts on this node by state at the last check (dead = ENOTCONN).",
+            "# HELP kvtier_l2_healer_mounts L2 mounts on this node at the last check (dead = not on the node's FUSE).",
             "# TYPE kvtier_l2_healer_mounts gauge",
             *(f'kvtier_l2_healer_mounts{{node="{self.node}",state="{s}"}} {n}' for s, n in counts.items()),
+            "# HELP kvtier_l2_healer_down 1 while the Curvine master or this node's FUSE does not answer.",
+            "# TYPE kvtier_l2_healer_down gauge",
+            *(f'kvtier_l2_healer_down{{node="{self.node}",target="{t}"}} {int(t in self.down)}' for t in CHECKED),
             "# HELP kvtier_l2_healer_held 1 while the healer holds back (master or FUSE down, fleet brake).",
             "# TYPE kvtier_l2_healer_held gauge",
             *(f'kvtier_l2_healer_held{{node="{self.node}",reason="{r}"}} {int(self.held == r)}' for r in HELD_REASONS),
@@ -352,6 +384,12 @@ class Healer:
         return "\n".join(lines) + "\n"
 
 
+def _not_ready(healer: Healer) -> str:
+    if healer.down:
+        return " and ".join(f"the {t} does not answer" for t in sorted(healer.down)) + "\n"
+    return "an L2 mount on this node is on a dead FUSE connection (or the mount table is unreadable)\n"
+
+
 def serve(healer: Healer, host: str, port: int, stale_after_s: float) -> ThreadingHTTPServer:
     started = time.time()
 
@@ -362,7 +400,7 @@ def serve(healer: Healer, host: str, port: int, stale_after_s: float) -> Threadi
                 self._reply(200 if fresh else 503, "ok\n" if fresh else "no check recently\n")
             elif self.path == "/readyz":
                 ok = fresh and healer.ready
-                reason = f"holding: {healer.held}\n" if healer.held else "an L2 mount on this node does not answer\n"
+                reason = f"holding: {healer.held}\n" if healer.held else _not_ready(healer)
                 self._reply(200 if ok else 503, "ok\n" if ok else reason)
             elif self.path == "/metrics":
                 self._reply(200, healer.metrics(), "text/plain; version=0.0.4; charset=utf-8")
@@ -391,10 +429,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--namespace", action="append", default=[], help="a namespace whose L2 pods may be evicted")
     parser.add_argument("--namespace-selector", default="", help="also every namespace with this label selector")
     parser.add_argument("--claim", default="l2-cache", help="the L2 claim a pod must use to be evicted")
-    parser.add_argument("--pods-dir", default="/var/lib/kubelet/pods")
-    parser.add_argument("--driver", default="curvine")
+    parser.add_argument("--mountinfo", default="/proc/1/mountinfo", help="the node's mount table (read only)")
+    parser.add_argument("--pods-dir", default="/var/lib/kubelet/pods", help="as the node names it (never opened)")
+    parser.add_argument("--fuse-dir", default="/var/lib/kubelet/plugins/curvine", help="where the node's FUSE mounts")
+    parser.add_argument("--fstype", default="fuse.curvinefs", help="the FUSE mounts' type in the mount table")
     parser.add_argument("--interval-seconds", type=float, default=15.0)
-    parser.add_argument("--stat-timeout-seconds", type=float, default=5.0)
     parser.add_argument("--dead-checks", type=int, default=2, help="checks in a row a mount must be dead")
     parser.add_argument("--master-url", action="append", default=[], help="a Curvine master's web URL (repeat)")
     parser.add_argument("--fuse-health-url", default="", help="this node's Curvine FUSE /healthz URL")
@@ -416,9 +455,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--node (or NODE_NAME) is required")
     if not args.master_url or not all(args.master_url) or not args.fuse_health_url:
         parser.error("--master-url and --fuse-health-url are required: the healer never acts without checking them")
-    positive = ("interval_seconds", "stat_timeout_seconds", "health_timeout_seconds")
+    positive = ("interval_seconds", "health_timeout_seconds")
     if any(getattr(args, name) <= 0 for name in positive) or args.endpoint_interval_seconds < 0:
-        parser.error("--interval-seconds, --stat-timeout-seconds, --health-timeout-seconds must be positive")
+        parser.error("--interval-seconds and --health-timeout-seconds must be positive")
+    if not args.fstype or not args.pods_dir.startswith("/") or not args.fuse_dir.startswith("/"):
+        parser.error("--fstype must be set, --pods-dir and --fuse-dir must be absolute paths")
     if args.dead_checks < 1 or args.brake_min_nodes < 1 or not 0 < args.brake_share <= 1:
         parser.error("--dead-checks and --brake-min-nodes must be at least 1, --brake-share in (0, 1]")
     if args.health_port is not None and not 0 <= args.health_port <= 65535:
@@ -439,9 +480,10 @@ def build(args: argparse.Namespace) -> Healer:
         args.node,
         list(args.namespace),
         args.claim,
+        args.mountinfo,
         args.pods_dir,
-        args.driver,
-        args.stat_timeout_seconds,
+        args.fuse_dir,
+        args.fstype,
         list(args.master_url),
         args.fuse_health_url,
         dead_checks=args.dead_checks,
@@ -457,6 +499,15 @@ def build(args: argparse.Namespace) -> Healer:
 
 
 def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
+    try:
+        read_mountinfo(args.mountinfo)
+    except OSError as err:
+        print(
+            f"l2_healer: --mountinfo {args.mountinfo}: {err.strerror or err}; mount the node's /proc/1/mountinfo there "
+            'read-only (docs/l2.md "Least privilege")',
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     healer = build(args)
     stop = stop or threading.Event()
     server = None
@@ -465,7 +516,8 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
     try:
         while True:
             report = healer.check()
-            if report["not_answering"] or report["evicted_pods"] or report.get("namespace_errors") or args.once:
+            keys = ("dead_mounts", "evicted_pods", "namespace_errors", "down", "held", "mountinfo_error")
+            if args.once or any(report.get(key) for key in keys):
                 print(json.dumps(report, sort_keys=True), flush=True)
             errors = report.get("namespace_errors") or {}
             if args.once and errors and not report["evicted_pods"] and len(errors) >= len(args.namespace):
