@@ -52,7 +52,7 @@ from tests.engine.scenario import (
     l2_files,
 )
 
-PREFIXES, PREFIX_TOKENS, SUFFIX_TOKENS, USERS_PER_PREFIX = 3, 2048, 32, 2
+PREFIXES, PREFIX_TOKENS, SUFFIX_TOKENS = 3, 2048, 32
 SESSIONS_PER_ENGINE, SESSION_CANDIDATES = 2, 16  # scale-in sessions on each of A and B, among so many names
 STREAM_TOKENS = 48  # tokens per streamed answer (ignore_eos): a stream lasts long enough to be cut
 STREAM_PROMPT_TOKENS = 64
@@ -73,7 +73,7 @@ class ScaleObserved:
     cold: list[Reading] = field(default_factory=list)  # C-cold, one first request per prefix
     warm: list[Reading] = field(default_factory=list)  # C-warm, the same requests in the same order
     stored_chunk_files: int = 0  # chunk files in the shared L2 after the workload
-    workload_engines: dict[str, str] = field(default_factory=dict)  # session -> the engine that served it
+    workload_engines: dict[str, str] = field(default_factory=dict)  # "prefix<i>-user<j>" -> the engine that served it
     sessions: dict[str, str] = field(default_factory=dict)  # scale-in session -> its engine before the stop
     stop_ms: tuple[float, float] = (0.0, 0.0)  # B's SIGTERM sent, B's process group gone (traffic clock)
     stop_grace_s: float = STOP_GRACE_S
@@ -181,6 +181,25 @@ async def scale_in_traffic(
     return [r for records in per_session for r in records], (stop_ms[0], stop_ms[1])
 
 
+def shared_prefix_workload(
+    router: Router,
+    engines: dict[str, Engine],
+    served: str,
+    prefixes: list[list[int]],
+    rng: random.Random,
+    observed: ScaleObserved,
+) -> None:
+    """Users of each shared prefix, one session each, until both engines served the prefix (the router's hash of the
+    session header decides; the first to get a prefix computes and stores it, the other reads it from L2)."""
+    for i, prefix in enumerate(prefixes):
+        for user in range(SESSION_CANDIDATES):
+            key = f"prefix{i}-user{user}"
+            sent = sequential(router, engines, served, key, 0, prefix + tokens(rng, SUFFIX_TOKENS), key)
+            observed.workload_engines[key] = sent.engine or "?"
+            if {e for k, e in observed.workload_engines.items() if k.startswith(f"prefix{i}-")} == set(engines):
+                break
+
+
 def scale_in_sessions(
     router: Router, engines: dict[str, Engine], served: str, rng: random.Random, observed: ScaleObserved
 ) -> dict[str, list[int]]:
@@ -247,11 +266,7 @@ def scale_scenario(python: str, site: Path, workdir: Path, break_what: str | Non
         observed.router_args = args
         with running(Router(python, site, args, workdir / "router.log")) as router:
             started = time.monotonic()
-            for user in range(USERS_PER_PREFIX):
-                for i, prefix in enumerate(prefixes):
-                    key = f"prefix{i}-user{user}"
-                    sent = sequential(router, engines, served, key, 0, prefix + tokens(rng, SUFFIX_TOKENS), key)
-                    observed.workload_engines[key] = sent.engine or "?"
+            shared_prefix_workload(router, engines, served, prefixes, rng, observed)
             observed.stored_chunk_files = wait_stored(l2_root, PREFIXES * (PREFIX_TOKENS // chunk))
             observed.timings_s["workload"] = time.monotonic() - started
             observed.cold = [ask(cold, probe, cold_root, wait_store=False) for probe in probes]

@@ -36,12 +36,13 @@ def _good() -> ScaleObserved:
     observed.cold = [_reading("C-cold", 0, 300.0), _reading("C-cold", 0, 280.0)]
     observed.warm = [_reading("C-warm", FULL, 120.0), _reading("C-warm", FULL, 140.0)]
     observed.stored_chunk_files = 16
-    observed.workload_engines = {"p0-u0": "A", "p1-u0": "B"}
+    observed.workload_engines = {"prefix0-user0": "A", "prefix0-user1": "A", "prefix0-user2": "B"}
     observed.sessions = {"s-A": "A", "s-B": "B"}
     observed.stop_ms = (1000.0, 7000.0)
     observed.records = [
         _record("A", 0, 500), _record("B", 0, 600), _record("A", 900, 1500),
         _record("B", 800, 6000, ok=False, kind="reset"),  # cut at SIGKILL after B had answered
+        _record("B", 850, 1400, ok=False, kind="server"),  # or ended by vLLM's error event when its engine core stopped
         _record("B", 6000, 6400), _record("A", 6500, 6900),  # B's session, now on A
     ]  # fmt: skip
     return observed
@@ -82,6 +83,9 @@ def test_other_rendered_l2_and_a_warm_cold_replica_fail() -> None:
         scale_out_checks.cold_computed(observed)
     observed.stored_chunk_files = 3
     with pytest.raises(AssertionError, match="chunk files"):
+        scale_out_checks.workload_stored(observed)
+    observed.workload_engines["prefix1-user0"] = "A"  # a prefix that only one engine served: no cross-replica read
+    with pytest.raises(AssertionError, match="prefix1 reached only"):
         scale_out_checks.workload_stored(observed)
 
 
