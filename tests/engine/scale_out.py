@@ -4,11 +4,12 @@ replica removed mid-traffic loses only what the router cannot retry. The asserti
 Phase 1 (three engines): A and B are two replicas of the example's standalone endpoint behind kvtier's router
 (vllm-router with the flags kvtier renders, routers.py); C-cold is the same rendering on an empty L2 folder of its own
 (a replica without the shared pool). A shared-prefix workload runs through the router: PREFIXES prefixes of
-PREFIX_TOKENS, each with USERS_PER_PREFIX sessions, so A and B store every prefix's chunks in the shared L2. C-cold
-then answers one new request per prefix, the first it ever sees (the cold baseline), and stops. Scale-in: sessions
-stream through the router while B's process group gets SIGTERM (what Kubernetes sends a pod it scales in);
-every request is measured by `kvtier bench`'s own client (kvtier/bench/client.py), failures included.
-Phase 2: C-warm starts with the same rendering and the shared L2 (a scale-out) and answers the same requests.
+PREFIX_TOKENS, each sent by new sessions until both A and B served it, so one stores its chunks in the shared L2 and
+the other reads them. C-cold then answers one new request per prefix, the first it ever sees (the cold baseline),
+and stops. Phase 2: C-warm starts with the same rendering and the shared L2 (the scale-out); while it loads,
+sessions stream through the router and B's process group gets SIGTERM (what Kubernetes sends a pod it scales in),
+every request measured by `kvtier bench`'s own client (kvtier/bench/client.py), failures included. Last, C-warm
+answers the requests C-cold answered, in the same order.
 
 `KVTIER_SCALE_OUT_BREAK` (hash-seed, l2-url or chunk-size, scenario.BREAKS) renders only the new replica C-warm
 with that wrong value, to show that the checks notice a new replica whose L2 settings differ from the others'.
@@ -34,7 +35,7 @@ from kvtier.k8s.router import router_args
 from kvtier.rules import load_checked
 from kvtier.serving import SESSION_HEADER
 from tests.engine import render
-from tests.engine.engines import Engine, EngineError, Engines, stop_group
+from tests.engine.engines import Engine, Engines, stop_group
 from tests.engine.routers import Router, localize, running
 from tests.engine.routing_scenario import sequential
 from tests.engine.scenario import (
@@ -286,6 +287,4 @@ def scale_scenario(python: str, site: Path, workdir: Path, break_what: str | Non
         for key, engine in (("A", a), ("B", b), ("C-cold", cold)):
             observed.timings_s[f"ready_{key}"] = engine.ready_s or 0.0
     observed.timings_s["scenario"] = time.monotonic() - total
-    if not observed.warm:
-        raise EngineError("the new replica answered nothing")
     return observed
