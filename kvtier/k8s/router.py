@@ -62,6 +62,20 @@ def discovery_args(lob: str, endpoint: Endpoint) -> list[str]:
     ]
 
 
+# Scale-in (a replica removed under traffic, issue 27): 0.1.17 retries a request that failed with a 5xx, a refused
+# connection included, up to RETRY_ATTEMPTS attempts in all, choosing the worker again each time among the available
+# ones (healthy and circuit not open); a worker's circuit opens after CB_FAILURE_THRESHOLD failures in a row (default
+# 10). Below the attempts, the circuit of a removed replica opens within one request's attempts and its later ones
+# reach a live replica: no request is lost that no replica had started answering (docs/references.md "Issue 27";
+# tests/engine/test_scale_out.py). A false open moves sessions for cb-timeout (60 s) to replicas that read the same L2.
+RETRY_ATTEMPTS = 5
+CB_FAILURE_THRESHOLD = 3
+
+
+def failover_args() -> list[str]:
+    return ["--retry-max-retries", str(RETRY_ATTEMPTS), "--cb-failure-threshold", str(CB_FAILURE_THRESHOLD)]
+
+
 def router_args(lob: str, endpoint: Endpoint) -> list[str]:
     return [
         "--host",
@@ -75,6 +89,7 @@ def router_args(lob: str, endpoint: Endpoint) -> list[str]:
         "0.0.0.0",
         "--prometheus-port",
         str(ROUTER_METRICS_PORT),
+        *failover_args(),
     ]
 
 

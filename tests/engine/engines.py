@@ -228,6 +228,10 @@ class Engines:
 
     def start(self, launches: list[tuple[str, Launch]]) -> list[Engine]:
         """Start each (key, launch) at once, then wait for all of them within the startup timeout."""
+        return self.wait(self.launch(launches))
+
+    def launch(self, launches: list[tuple[str, Launch]]) -> list[Engine]:
+        """Start each (key, launch) without waiting (`wait` does); stopped on exit like the others."""
         started: list[Engine] = []
         for key, launch in launches:
             port = int(launch.args[launch.args.index("--port") + 1])
@@ -237,7 +241,11 @@ class Engines:
             self.engines.append(engine)
             engine.start()
             started.append(engine)
-        deadline = time.monotonic() + self.startup_timeout_s
+        return started
+
+    def wait(self, started: list[Engine]) -> list[Engine]:
+        """Wait until each engine serves, within the startup timeout counted from its start."""
+        deadline = min((e.started for e in started), default=time.monotonic()) + self.startup_timeout_s
         waiting = list(started)
         while waiting:
             waiting = [e for e in waiting if not e.poll_ready()]

@@ -65,6 +65,7 @@ class Reading:
     external_hits_delta: float
     new_l2_files: list[str]
     l2_dir: str | None
+    answer_ms: float = 0.0  # POST -> the whole `max_tokens: 1` answer: the request's TTFT, seen by the client
 
 
 @dataclass
@@ -206,7 +207,9 @@ def ask(
     before_files = l2_files(l2_root)
     before_hits = engine.metric(EXTERNAL_HITS)
     engine.new_log()
+    sent = time.perf_counter()
     body = engine.complete(prompt, extra=extra)
+    answer_ms = (time.perf_counter() - sent) * 1000
     log = engine.new_log()
     if wait_store:  # LMCache stores after the forward pass; wait for its line, then for the files (bounded)
         deadline = time.monotonic() + STORE_TIMEOUT_S
@@ -227,6 +230,7 @@ def ask(
         external_hits_delta=engine.metric(EXTERNAL_HITS) - before_hits,
         new_l2_files=sorted(l2_files(l2_root) - before_files),
         l2_dir=str(engine.launch.l2_dir) if engine.launch.l2_dir else None,
+        answer_ms=answer_ms,
     )
 
 

@@ -185,3 +185,15 @@ def test_endpoint_url_is_the_router_service() -> None:
     assert (
         endpoint_url("support", "llama31-8b", "standalone") == "http://llama31-8b.kvtier-support.svc.cluster.local:80"
     )
+
+
+def test_router_opens_a_removed_replicas_circuit_within_one_requests_attempts(prod: Config) -> None:
+    """Scale-in (issue 27): the circuit of a replica that is gone opens before a request runs out of attempts, so
+    the request's last attempts reach a live replica (measured: tests/engine/test_scale_out.py)."""
+    from kvtier.k8s.router import CB_FAILURE_THRESHOLD, RETRY_ATTEMPTS, router_args
+
+    for routing in ROUTINGS:
+        args = router_args("support", _support(prod, routing=routing))
+        value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
+        assert int(value["--cb-failure-threshold"]) == CB_FAILURE_THRESHOLD < int(value["--retry-max-retries"])
+        assert int(value["--retry-max-retries"]) == RETRY_ATTEMPTS

@@ -1,0 +1,143 @@
+"""The scale-out/scale-in harness without engines (fast, in `make test`): the new replica's settings and the wrong
+values it can be rendered with, the router's failover flags it runs with, and its checks on fake observations, so a
+check that could never fail is noticed here."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+
+from kvtier import serving
+from kvtier.k8s.router import CB_FAILURE_THRESHOLD, RETRY_ATTEMPTS, router_args
+from kvtier.rules import load_checked
+from tests.engine import render, scale_out_checks
+from tests.engine.routers import localize
+from tests.engine.scale_out import REQUEST_TIMEOUT_S, ScaleObserved
+from tests.engine.scenario import BREAKS, ENDPOINT, ENV_NAME, LOB, Reading, broken
+from tests.support import CONFIG_DIR
+
+FULL = 2048
+
+
+def _reading(engine: str, hits: int, ms: float) -> Reading:
+    return Reading(engine, 2080, hits, [hits], [hits] if hits else [], [], float(hits), [], "/l2/ep", ms)
+
+
+def _record(engine: str, start: float, end: float, *, ok: bool = True, status: int = 200, kind: str | None = None) -> dict[str, Any]:  # fmt: skip
+    return {"session": f"s-{engine}", "engine": engine, "start_ms": start, "end_ms": end, "ok": ok,
+            "status": status, "error_kind": kind, "error": None if ok else "cut", "completion_tokens": 3}  # fmt: skip
+
+
+def _good() -> ScaleObserved:
+    observed = ScaleObserved(chunk_size=256, prefix_full_tokens=FULL)
+    observed.urls = {"A": "fs://localhost:0/mnt/kvtier/l2/ep/x/", "C-warm": "fs://localhost:0/mnt/kvtier/l2/ep/x/"}
+    observed.cold = [_reading("C-cold", 0, 300.0), _reading("C-cold", 0, 280.0)]
+    observed.warm = [_reading("C-warm", FULL, 120.0), _reading("C-warm", FULL, 140.0)]
+    observed.stored_chunk_files = 16
+    observed.workload_engines = {"prefix0-user0": "A", "prefix0-user1": "A", "prefix0-user2": "B"}
+    observed.sessions = {"s-A": "A", "s-B": "B"}
+    observed.stop_ms = (1000.0, 7000.0)
+    observed.records = [
+        _record("A", 0, 500), _record("B", 0, 600), _record("A", 900, 1500),
+        _record("B", 800, 6000, ok=False, kind="reset"),  # cut at SIGKILL after B had answered
+        _record("B", 850, 1400, ok=False, kind="server"),  # or ended by vLLM's error event when its engine core stopped
+        _record("B", 6000, 6400), _record("A", 6500, 6900),  # B's session, now on A
+    ]  # fmt: skip
+    return observed
+
+
+def test_checks_pass_on_a_good_run() -> None:
+    observed = _good()
+    scale_out_checks.same_rendering(observed)
+    scale_out_checks.workload_stored(observed)
+    scale_out_checks.warm_from_l2(observed, "first")
+    scale_out_checks.warm_from_l2(observed, "all")
+    scale_out_checks.cold_computed(observed)
+    scale_out_checks.scale_in_bounded(observed)
+    scale_out_checks.scale_in_in_flight_counted(observed)
+    scale_out_checks.scale_in_no_retryable_loss(observed)
+    assert observed.ratio()["first"] == pytest.approx(2.5)
+    assert observed.ratio()["median"] == pytest.approx(290 / 130)
+
+
+@pytest.mark.parametrize("hits", [0, 1024])  # another seed or URL: nothing; a doubled chunk size: fewer whole chunks
+def test_a_new_replica_that_misses_fails(hits: int) -> None:
+    observed = _good()
+    observed.warm[0] = _reading("C-warm", hits, 300.0)
+    with pytest.raises(AssertionError, match="request 1 on the new replica"):
+        scale_out_checks.warm_from_l2(observed, "first")
+    observed.warm[0] = dataclasses.replace(_reading("C-warm", FULL, 120.0), cached_tokens=0)  # counts must agree
+    with pytest.raises(AssertionError, match="cached_tokens"):
+        scale_out_checks.warm_from_l2(observed, "all")
+
+
+def test_other_rendered_l2_and_a_warm_cold_replica_fail() -> None:
+    observed = _good()
+    observed.urls["C-warm"] = "fs://localhost:0/var/cache/kvtier-l2/ep/"
+    with pytest.raises(AssertionError, match="rendered L2 URL"):
+        scale_out_checks.same_rendering(observed)
+    observed.cold[1] = _reading("C-cold", FULL, 100.0)
+    with pytest.raises(AssertionError, match="cold request 2"):
+        scale_out_checks.cold_computed(observed)
+    observed.stored_chunk_files = 3
+    with pytest.raises(AssertionError, match="chunk files"):
+        scale_out_checks.workload_stored(observed)
+    observed.workload_engines["prefix1-user0"] = "A"  # a prefix that only one engine served: no cross-replica read
+    with pytest.raises(AssertionError, match="prefix1 reached only"):
+        scale_out_checks.workload_stored(observed)
+
+
+def test_a_request_the_router_could_retry_but_lost_fails() -> None:
+    """What vllm-router 0.1.17 with its default circuit (10 failures) did: B's session got HTTP 500 after B died."""
+    observed = _good()
+    observed.records.append(_record("B", 6100, 6300, ok=False, status=500, kind="http"))
+    with pytest.raises(AssertionError, match="sent after B's SIGTERM failed"):
+        scale_out_checks.scale_in_no_retryable_loss(observed)
+    with pytest.raises(AssertionError, match="not streams B had started"):
+        scale_out_checks.scale_in_in_flight_counted(observed)
+
+
+def test_scale_in_failures_on_the_survivor_or_hung_requests_fail() -> None:
+    observed = _good()
+    observed.records.append(_record("A", 6000, 6100, ok=False, status=500, kind="http"))
+    with pytest.raises(AssertionError, match="surviving replica A failed"):
+        scale_out_checks.scale_in_bounded(observed)
+    observed = _good()
+    observed.records.append(_record("A", 6000, 6000 + REQUEST_TIMEOUT_S * 1000, ok=False, kind="timeout"))
+    with pytest.raises(AssertionError, match="half their timeout"):
+        scale_out_checks.scale_in_bounded(observed)
+    observed = _good()
+    observed.sessions = {"s-A": "A"}
+    with pytest.raises(AssertionError, match="did not spread"):
+        scale_out_checks.scale_in_bounded(observed)
+    observed = _good()
+    observed.records = [r for r in observed.records if r["engine"] != "B" or r["end_ms"] < 1000]
+    with pytest.raises(AssertionError, match="B streamed nothing"):
+        scale_out_checks.scale_in_in_flight_counted(observed)
+    with pytest.raises(AssertionError, match="sent nothing after"):
+        scale_out_checks.scale_in_no_retryable_loss(observed)
+
+
+@pytest.mark.parametrize("what", BREAKS)
+def test_each_break_renders_the_new_replica_other_l2_settings(what: str) -> None:
+    config = load_checked(CONFIG_DIR, ENV_NAME)
+    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
+    good = render.standalone(config, LOB, endpoint)
+    with broken(what):
+        bad = render.standalone(config, LOB, endpoint)
+    assert (bad.lmcache, bad.env) != (good.lmcache, good.env)
+    assert render.standalone(config, LOB, endpoint) == good  # restored for everything rendered afterwards
+    assert good.env["PYTHONHASHSEED"] == serving.HASH_SEED
+
+
+def test_the_router_runs_with_kvtiers_failover_flags() -> None:
+    """The harness passes kvtier's retry and circuit-breaker flags through; the circuit opens within one request's
+    attempts (so a removed replica's sessions reach a live one before the request runs out of attempts)."""
+    config = load_checked(CONFIG_DIR, ENV_NAME)
+    local = localize(router_args(LOB, render.endpoint_of(config, LOB, ENDPOINT)), ["http://127.0.0.1:1"], 2, 3)
+    flags = {flag: local[i + 1] for i, flag in enumerate(local[:-1]) if flag.startswith("--")}
+    assert flags["--retry-max-retries"] == str(RETRY_ATTEMPTS)
+    assert flags["--cb-failure-threshold"] == str(CB_FAILURE_THRESHOLD)
+    assert CB_FAILURE_THRESHOLD < RETRY_ATTEMPTS
