@@ -146,7 +146,13 @@ def measure(engine: Path, sizes: tuple[int, int], repeat: int, baseline: tuple[s
         f"on 127.0.0.1 (one process, 20 ms to the first token, {OUTPUT_TOKENS} tokens 10 ms apart), {IN_FLIGHT} "
         f"requests in flight, prompts of about {PROMPT_TOKENS} tokens. CPU per request is marginal: (CPU of "
         f"{large:,} requests - CPU of {small:,}) / {large - small:,}, so start-up does not count. Medians of "
-        f"{repeat} interleaved runs. Load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}.",
+        f"{repeat} interleaved runs. Load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}."
+        + (
+            f" `kvtier bench ({baseline[0]})`: the same command from another checkout (`--baseline`), in the same "
+            "rounds."
+            if baseline is not None
+            else ""
+        ),
         "",
         f"| client | CPU ms per request | requests/s ({large:,}) | TTFT p50 ms ({large:,}) |",
         "|---|---:|---:|---:|",

@@ -113,7 +113,7 @@ def test_a_signal_writes_what_finished_and_exits_130(tmp_path: Path, sig: signal
 
 def test_httpcore_finds_sniffio_so_a_lock_costs_no_failed_import() -> None:
     """httpcore asks sniffio which event loop runs at every connection-pool lock; without the package (anyio 4.16
-    stopped requiring it) each lock re-ran a failing import. Pinned in requirements.txt and pyproject.toml."""
+    stopped requiring it) each lock re-ran a failing import. Pinned beside httpx in requirements-dev.txt."""
     import asyncio
 
     from httpcore._synchronization import current_async_library
