@@ -1,8 +1,8 @@
 """The benchmark's HTTP client (aiohttp, as `vllm bench serve` uses) and the one GET that probes and scrapes share.
 
-aiohttp parses HTTP in C (its llhttp build) where httpx parses in Python (h11): at 64 streams in flight the parsing
-was most of the difference in client CPU per request against `vllm bench serve` (docs/benchmarks.md "Bench client
-CPU"; aiohttp's API as used here: docs/references.md "Issue 28: the bench client on aiohttp").
+aiohttp parses HTTP with a compiled parser where httpx parses in Python (h11): at 64 streams in flight the move cut
+the client's CPU per request to about a third, half of `vllm bench serve`'s (docs/benchmarks.md "Bench client CPU";
+aiohttp's behaviour relied on here: docs/references.md "Issue 28: the bench client on aiohttp").
 """
 
 from __future__ import annotations
