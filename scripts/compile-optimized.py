@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 HEARTBEAT_S = float(os.environ.get("KVTIER_HEARTBEAT_S", "8"))
 # Imported inside functions by the `kvtier` command (plots, progress, HTTP), so a walk of kvtier's modules misses them.
-LAZY = ("httpx", "matplotlib.pyplot", "rich.console", "rich.progress", "rich.table")
+LAZY = ("aiohttp", "matplotlib.pyplot", "rich.console", "rich.progress", "rich.table")
 
 
 def _loaded_sources() -> list[str]:

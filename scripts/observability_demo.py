@@ -27,6 +27,7 @@ import httpx
 import yaml
 
 from kvtier.bench.client import send
+from kvtier.bench.http import new_client
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
 from kvtier.bench.testserver import (
@@ -102,7 +103,7 @@ async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
     """Per round one new 512-word prompt: to A (cold, stored), to B (from the shared L2), to A again (GPU cache)."""
     maker = PromptMaker(0, new_salt())
     a, b = urls
-    async with httpx.AsyncClient() as client:
+    async with new_client(30.0) as client:
         for i in range(rounds):
             text = " ".join(maker.header(f"demo {i}") + maker.words(f"demo:{i}", 512))
             body = request_body("completions", FAKE.model, text, 2)

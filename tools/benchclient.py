@@ -3,11 +3,13 @@ serve` (the engine venv's vLLM, run through tools/vllmbench.py), both against kv
 written to docs/benchmarks.md.
 
     python -m tools.benchclient [--requests 256 1024] [--repeat 3] [--engine-python .venv-engine/bin/python]
-                                [--output docs/benchmarks.md]
+                                [--baseline LABEL=DIR] [--output docs/benchmarks.md]
 
 CPU per request is marginal: (CPU of a run of N2 requests - CPU of a run of N1) / (N2 - N1), so neither tool's
 start-up (vLLM imports torch) counts. Runs are interleaved and each figure is the median; the load average is
-printed before and after (the machine may be shared, and the test server shares it too).
+printed before and after (the machine may be shared, and the test server shares it too). `--baseline LABEL=DIR`
+adds a third row, interleaved with the others: `kvtier bench` from another checkout DIR (e.g. an older commit,
+`git archive COMMIT | tar -x -C DIR`), so a change of the client is measured under the same load.
 """
 
 from __future__ import annotations
@@ -64,10 +66,10 @@ def test_server() -> Iterator[str]:
         stop_process(proc)
 
 
-def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+def _timed(argv: list[str], env: dict[str, str], cwd: Path = ROOT) -> tuple[float, float, str]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
     wall = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
@@ -76,13 +78,13 @@ def _timed(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
     return cpu, wall, done.stdout
 
 
-def kvtier_run(url: str, requests: int, out: Path) -> Run:
+def kvtier_run(url: str, requests: int, out: Path, root: Path = ROOT) -> Run:
     argv = [sys.executable, "-m", "kvtier", "bench", "shared-prefix", "--url", url, "--users", str(IN_FLIGHT)]
     argv += ["--rounds", str(requests // IN_FLIGHT), "--system-tokens", "200", "--user-tokens", "50"]
     argv += ["--question-tokens", "20", "--max-tokens", str(OUTPUT_TOKENS), "--qps", "100000"]
     argv += ["--concurrency", str(IN_FLIGHT), "--api", "completions", "--no-plots", "--no-metrics", "--no-progress"]
     argv += ["--out", str(out)]
-    cpu, wall, stdout = _timed(argv, {**os.environ, "PYTHONPATH": str(ROOT)})
+    cpu, wall, stdout = _timed(argv, {**os.environ, "PYTHONPATH": str(root)}, cwd=root)
     row = next((line.split() for line in stdout.splitlines() if line.startswith("shared-prefix ")), [])
     numbers = [float(x.replace(",", "")) for x in row[2:]] if row else []
     return Run(cpu, wall, numbers[-1] if numbers else None, numbers[0] if numbers else None)
@@ -109,13 +111,15 @@ def _median(values: Sequence[float | None]) -> str:
     return f"{statistics.median(known):,.1f}" if known else "-"
 
 
-def measure(engine: Path, sizes: tuple[int, int], repeat: int) -> str:
+def measure(engine: Path, sizes: tuple[int, int], repeat: int, baseline: tuple[str, Path] | None = None) -> str:
     small, large = sizes
     load_before = load_average()
     runs: dict[str, dict[int, list[Run]]] = {
         "kvtier bench": {small: [], large: []},
         "vllm bench serve": {small: [], large: []},
     }
+    if baseline is not None:
+        runs[f"kvtier bench ({baseline[0]})"] = {small: [], large: []}
     with tempfile.TemporaryDirectory(prefix="kvtier-benchclient-") as tmp:
         tokenizer = Path(tmp) / "tokenizer"
         subprocess.run(
@@ -130,6 +134,9 @@ def measure(engine: Path, sizes: tuple[int, int], repeat: int) -> str:
                 for n in (small, large):
                     runs["kvtier bench"][n].append(kvtier_run(url, n, Path(tmp) / f"kvtier-{attempt}-{n}"))
                     runs["vllm bench serve"][n].append(vllm_run(engine, tokenizer, url, n))
+                    if baseline is not None:
+                        out = Path(tmp) / f"baseline-{attempt}-{n}"
+                        runs[f"kvtier bench ({baseline[0]})"][n].append(kvtier_run(url, n, out, baseline[1]))
     lines = [
         "## Bench client CPU (`make bench-client`)",
         "",
@@ -139,7 +146,13 @@ def measure(engine: Path, sizes: tuple[int, int], repeat: int) -> str:
         f"on 127.0.0.1 (one process, 20 ms to the first token, {OUTPUT_TOKENS} tokens 10 ms apart), {IN_FLIGHT} "
         f"requests in flight, prompts of about {PROMPT_TOKENS} tokens. CPU per request is marginal: (CPU of "
         f"{large:,} requests - CPU of {small:,}) / {large - small:,}, so start-up does not count. Medians of "
-        f"{repeat} interleaved runs. Load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}.",
+        f"{repeat} interleaved runs. Load average (1 / 5 / 15 min) before: {load_before}, after: {load_average()}."
+        + (
+            f" `kvtier bench ({baseline[0]})`: the same command from another checkout (`--baseline`), in the same "
+            "rounds."
+            if baseline is not None
+            else ""
+        ),
         "",
         f"| client | CPU ms per request | requests/s ({large:,}) | TTFT p50 ms ({large:,}) |",
         "|---|---:|---:|---:|",
@@ -159,16 +172,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, nargs=2, default=(256, 1024), metavar=("N1", "N2"))
     parser.add_argument("--repeat", type=int, default=3, help="interleaved runs; the median counts (default 3)")
     parser.add_argument("--engine-python", type=Path, default=ROOT / ".venv-engine" / "bin" / "python")
+    parser.add_argument("--baseline", metavar="LABEL=DIR", help="also run `kvtier bench` from the checkout DIR")
     parser.add_argument("--output", type=Path, help="update this Markdown file's section instead of printing")
     args = parser.parse_args(argv)
     small, large = args.requests
+    baseline = None
+    if args.baseline is not None:
+        label, _, folder = args.baseline.partition("=")
+        if not label or not folder or not (Path(folder) / "kvtier" / "__main__.py").is_file():
+            print(f"{parser.prog}: --baseline must be LABEL=DIR with a kvtier checkout in DIR", file=sys.stderr)
+            return 2
+        baseline = (label, Path(folder).resolve())
     if not (IN_FLIGHT <= small < large) or small % IN_FLIGHT or large % IN_FLIGHT:
         print(f"{parser.prog}: --requests N1 N2 must be multiples of {IN_FLIGHT} with N1 < N2", file=sys.stderr)
         return 2
     if not args.engine_python.exists():
         print(f"{parser.prog}: {args.engine_python} is missing; build it with `make test-engine`", file=sys.stderr)
         return 2
-    section = measure(args.engine_python, (small, large), max(1, args.repeat))
+    section = measure(args.engine_python, (small, large), max(1, args.repeat), baseline)
     if args.output:
         write_section(args.output, "client", section)
     else:

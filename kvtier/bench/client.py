@@ -1,8 +1,9 @@
 """One streamed request to an OpenAI-compatible server, measured; and a probe that asks whether a URL answers.
 
 Every failure becomes a field of the record (kind and message), never an exception: a benchmark counts errors.
-Each stream is read to its end (past `[DONE]`), so httpx returns the connection to its pool and the next request
-reuses it: a new TCP (or TLS, or port-forward) connection must not land inside every TTFT.
+Each stream is read to its end (past `[DONE]`), so aiohttp returns the connection to its pool and the next request
+reuses it: a new TCP (or TLS, or port-forward) connection must not land inside every TTFT. A stream broken off
+early closes its connection instead (aiohttp never pools one whose body was not read to the end).
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
+import aiohttp
 
+from kvtier.bench.http import TRANSPORT_ERRORS, describe, get
 from kvtier.bench.records import API_PATHS, ErrorKind, Request, RequestRecord
 
 _SNIPPET = 200  # characters of an error body kept in the record
+# aiohttp's words for a body cut short (client_proto.py `connection_lost`): the peer went away, not a bad answer.
+_CUT_SHORT = ("not completed", "not enough data", "connection lost")
 
 
 def normalize_url(url: str) -> str:
@@ -26,7 +30,7 @@ def normalize_url(url: str) -> str:
     return url.removesuffix("/v1")
 
 
-async def send(client: httpx.AsyncClient, req: Request, *, timeout_s: float, origin: float) -> RequestRecord:
+async def send(client: aiohttp.ClientSession, req: Request, *, timeout_s: float, origin: float) -> RequestRecord:
     """Send `req`, read its SSE stream, and return what was measured; `origin` is the workload's perf_counter zero."""
     start = time.perf_counter()
     record = RequestRecord(
@@ -36,48 +40,50 @@ async def send(client: httpx.AsyncClient, req: Request, *, timeout_s: float, ori
     try:
         async with asyncio.timeout(timeout_s):
             await _exchange(client, req, record, reader)
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
+        _fail(record, "connect", f"cannot connect to {req.url}: {describe(err, 'timed out')}")
+    except aiohttp.SocketTimeoutError as err:
+        _fail(record, "timeout", f"{type(err).__name__}: nothing read for {timeout_s:g} s ({err})")
     except TimeoutError:
         _fail(record, "timeout", f"no complete answer within {timeout_s:g} s")
-    except (httpx.ConnectError, httpx.ConnectTimeout) as err:
-        _fail(record, "connect", f"cannot connect to {req.url}: {err or type(err).__name__}")
-    except httpx.TimeoutException as err:
-        _fail(record, "timeout", f"{type(err).__name__}: {err}")
-    except (httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError) as err:
-        if isinstance(err, httpx.RemoteProtocolError) and not _closed_early(err):
-            _fail(record, "protocol", f"{type(err).__name__}: {err}")
-        else:
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as err:
+        _fail(record, "reset", _reset_message(req.url, record, reader, err))
+    except aiohttp.ClientPayloadError as err:
+        if any(words in str(err).lower() for words in _CUT_SHORT):
             _fail(record, "reset", _reset_message(req.url, record, reader, err))
-    except httpx.HTTPError as err:
-        _fail(record, "protocol", f"{type(err).__name__}: {err}")
+        else:
+            _fail(record, "protocol", describe(err))
+    except aiohttp.ClientError as err:
+        _fail(record, "protocol", describe(err))
     end = time.perf_counter()
     record.e2e_ms = (end - start) * 1000
     reader.finish(record)
     return record
 
 
-async def _exchange(client: httpx.AsyncClient, req: Request, record: RequestRecord, reader: _StreamReader) -> None:
+async def _exchange(client: aiohttp.ClientSession, req: Request, record: RequestRecord, reader: _StreamReader) -> None:
     headers = {"content-type": "application/json", "accept": "text/event-stream", **req.headers}
-    async with client.stream("POST", req.url + API_PATHS[req.api], content=req.body, headers=headers) as resp:
+    async with client.post(req.url + API_PATHS[req.api], data=req.body, headers=headers) as resp:
         record.answered = True
-        record.status = resp.status_code
-        if resp.status_code >= 400:
-            body = (await resp.aread()).decode(errors="replace")
-            _fail(record, "http", f"HTTP {resp.status_code}: {_snippet(body)}")
+        record.status = resp.status
+        if resp.status >= 400:
+            body = (await resp.read()).decode(errors="replace")
+            _fail(record, "http", f"HTTP {resp.status}: {_snippet(body)}")
             return
         ctype = resp.headers.get("content-type", "")
         if "text/event-stream" not in ctype:
-            await resp.aread()
+            await resp.read()
             _fail(record, "not_streaming", f"the server did not stream (content-type '{ctype or 'none'}')")
             return
-        # Lines split here from the decoded bytes: httpx's aiter_lines stacks two more async generators and a text
-        # decoder on every network chunk, a measurable share of the client's CPU at 64 streams in flight.
+        # Each network chunk as it arrives (what `vllm bench serve` reads too), split into lines here.
         pending = b""
-        async for data in resp.aiter_bytes():
+        async for data in resp.content.iter_any():
             if reader.done:
                 continue  # past [DONE]: read on to the end of the body so the connection can be reused
             *lines, pending = (pending + data).split(b"\n")
             if not reader.feed_lines(lines, record):
-                break  # a broken stream: the connection is closed, not reused
+                resp.close()  # a broken stream: the connection is closed, not reused
+                break
         else:
             reader.feed_lines([pending] if pending else [], record)
     if record.error_kind is None:
@@ -185,15 +191,9 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _closed_early(err: httpx.RemoteProtocolError) -> bool:
-    """The server closed the connection before the answer was complete (not a malformed answer)."""
-    text = str(err).lower()
-    return "peer closed" in text or "disconnected" in text or "incomplete" in text
-
-
-def _reset_message(url: str, record: RequestRecord, reader: _StreamReader, err: httpx.HTTPError) -> str:
+def _reset_message(url: str, record: RequestRecord, reader: _StreamReader, err: aiohttp.ClientError) -> str:
     cause: BaseException | None = err
-    while cause is not None and not isinstance(cause, OSError):  # httpx -> httpcore -> the socket's own error
+    while cause is not None and not _socket_error(cause):  # aiohttp's error -> the socket's own, where it is kept
         cause = cause.__cause__ or cause.__context__
     if isinstance(cause, OSError):
         why = f"{type(cause).__name__}: {cause.strerror or cause}"
@@ -206,6 +206,11 @@ def _reset_message(url: str, record: RequestRecord, reader: _StreamReader, err: 
     else:
         when = f"after {len(reader.text_times)} chunks of generated text"
     return f"{url} closed or reset the connection {when} ({why}); the server process or a proxy in between went away"
+
+
+def _socket_error(err: BaseException) -> bool:
+    """An OSError from the socket itself (aiohttp's ClientOSError is one too, but names no errno cause)."""
+    return isinstance(err, OSError) and not isinstance(err, aiohttp.ClientError)
 
 
 def _fail(record: RequestRecord, kind: ErrorKind, message: str) -> None:
@@ -230,19 +235,19 @@ class Probe:
     error: str | None
 
 
-async def probe(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> Probe:
+async def probe(client: aiohttp.ClientSession, url: str, *, timeout_s: float) -> Probe:
     try:
-        resp = await client.get(url + "/v1/models", timeout=timeout_s)
-    except httpx.HTTPError as err:
-        return Probe(url, False, None, (), f"{type(err).__name__}: {err or 'no answer'}")
+        answer = await get(client, url + "/v1/models", timeout_s=timeout_s)
+    except TRANSPORT_ERRORS as err:
+        return Probe(url, False, None, (), describe(err))
     models: tuple[str, ...] = ()
-    error = None if resp.status_code < 400 else f"HTTP {resp.status_code}"
+    error = None if answer.status < 400 else f"HTTP {answer.status}"
     try:
-        data = resp.json().get("data", [])
+        data = json.loads(answer.text).get("data", [])
         models = tuple(str(m["id"]) for m in data if isinstance(m, dict) and "id" in m)
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, TypeError):
         error = error or "GET /v1/models did not return a JSON model list"
     if error is not None:  # say what answered instead, so a wrong URL or port is recognisable
-        kind = resp.headers.get("content-type", "no content type").split(";")[0].strip()
-        error += f" ({kind}: {_snippet(resp.text)!r})" if resp.text.strip() else f" ({kind}, empty body)"
-    return Probe(url, True, resp.status_code, models, error)
+        kind = answer.content_type.split(";")[0].strip() or "no content type"
+        error += f" ({kind}: {_snippet(answer.text)!r})" if answer.text.strip() else f" ({kind}, empty body)"
+    return Probe(url, True, answer.status, models, error)

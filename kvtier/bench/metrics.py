@@ -19,7 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
+
+from kvtier.bench.http import TRANSPORT_ERRORS, describe, get
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -159,17 +161,17 @@ class Scrape:
     error: str | None = None
 
 
-async def scrape(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> Scrape:
+async def scrape(client: aiohttp.ClientSession, url: str, *, timeout_s: float) -> Scrape:
     try:
-        resp = await client.get(url + "/metrics", timeout=timeout_s)
-    except httpx.HTTPError as err:
-        return Scrape(url, error=f"{type(err).__name__}: {err or 'no answer'}")
-    if resp.status_code >= 400:
-        return Scrape(url, error=f"HTTP {resp.status_code}")
-    return Scrape(url, parse_prometheus(resp.text))
+        answer = await get(client, url + "/metrics", timeout_s=timeout_s)
+    except TRANSPORT_ERRORS as err:
+        return Scrape(url, error=describe(err))
+    if answer.status >= 400:
+        return Scrape(url, error=f"HTTP {answer.status}")
+    return Scrape(url, parse_prometheus(answer.text))
 
 
-async def scrape_all(client: httpx.AsyncClient, urls: Iterable[str], *, timeout_s: float) -> list[Scrape]:
+async def scrape_all(client: aiohttp.ClientSession, urls: Iterable[str], *, timeout_s: float) -> list[Scrape]:
     return list(await asyncio.gather(*(scrape(client, u, timeout_s=timeout_s) for u in urls)))
 
 

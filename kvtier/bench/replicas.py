@@ -12,23 +12,24 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-import httpx
+import aiohttp
 
+from kvtier.bench.http import TRANSPORT_ERRORS, get
 from kvtier.bench.metrics import parse_prometheus
 from kvtier.bench.records import RequestRecord
 from kvtier.serving import ROUTER_SERVED_METRIC, ROUTER_WORKER_LABEL
 
 
-async def served_counts(client: httpx.AsyncClient, url: str, *, timeout_s: float) -> dict[str, float] | None:
+async def served_counts(client: aiohttp.ClientSession, url: str, *, timeout_s: float) -> dict[str, float] | None:
     """The router's per-replica counter, or None when its metrics cannot be read (then no replica is told)."""
     try:
-        response = await client.get(f"{url.rstrip('/')}/metrics", timeout=timeout_s)
-    except httpx.HTTPError:
+        answer = await get(client, f"{url.rstrip('/')}/metrics", timeout_s=timeout_s)
+    except TRANSPORT_ERRORS:
         return None
-    if response.status_code != 200:
+    if answer.status != 200:
         return None
     counts: dict[str, float] = {}
-    for sample in parse_prometheus(response.text):
+    for sample in parse_prometheus(answer.text):
         if sample.name == ROUTER_SERVED_METRIC:
             worker = dict(sample.labels).get(ROUTER_WORKER_LABEL)
             if worker is not None:

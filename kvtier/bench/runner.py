@@ -17,11 +17,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kvtier.bench.client import Probe, probe
+from kvtier.bench.http import new_client
 from kvtier.bench.metrics import cache_report, note_unseen, scrape_all
 from kvtier.bench.prompts import PromptMaker
 from kvtier.bench.records import Api
 from kvtier.bench.result import BenchResult
-from kvtier.bench.session import Session, Tracker, new_client
+from kvtier.bench.session import Session, Tracker
 from kvtier.bench.stats import PERCENTILES, distribution
 from kvtier.bench.workloads import Context, Workload
 from kvtier.errors import UnavailableError, UsageError
@@ -109,8 +110,6 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
                 except asyncio.CancelledError:
                     if interrupt.signal is None:
                         raise  # cancelled from outside, not by a signal of ours
-                finally:
-                    await session.close_lanes()
         final_timeout = _FINAL_SCRAPE_S if interrupt.signal else options.probe_timeout_s
         after = await scrape_all(client, scraped, timeout_s=final_timeout)
     settings: dict[str, Any] = {

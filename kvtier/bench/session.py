@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import replace
 from types import TracebackType
 
-import httpx
+import aiohttp
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from kvtier.bench.client import send
+from kvtier.bench.http import new_client
 from kvtier.bench.records import Request, RequestRecord
 from kvtier.bench.replicas import served_counts, single_mover
 
@@ -76,11 +75,6 @@ class Tracker:
             )
 
 
-# Requests in flight per HTTP client. httpcore's pool matches every waiting request against every connection each
-# time one is assigned or released (httpcore/_async/connection_pool.py `_assign_requests_to_connections`), so one
-# client's CPU per request grows with the requests in flight: at 64 it was most of the client's time. The session
-# spreads requests over clients ("lanes") of this many; serial requests all use the first, one connection.
-LANE_REQUESTS = 4
 # How often the session samples its event loop's lag while it sends on a schedule: a loop that wakes late is a client
 # too busy to send on time or to read chunks when they arrive, and every TTFT it measures includes that delay.
 LAG_SAMPLE_S = 0.05
@@ -92,20 +86,18 @@ class Session:
         *,
         timeout_s: float,
         tracker: Tracker,
-        client: httpx.AsyncClient | None = None,
+        client: aiohttp.ClientSession | None = None,
         router_metrics_url: str | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.tracker = tracker
-        self.client = client or new_client(timeout_s)
+        self.client = client if client is not None else new_client(timeout_s)
         self.origin = time.perf_counter()
         self.records: list[RequestRecord] = []
         self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
         self.router_metrics_url = router_metrics_url  # the router's Prometheus port: which replica served (replicas.py)
         self.in_flight = 0
         self.started = 0  # requests started so far: one that started while another ran spoils both attributions
-        self.lanes = [self.client]
-        self.lane_in_flight = [0]
         self.loop_lag_ms: list[float] = []  # how late the event loop woke, sampled while a schedule ran
 
     async def __aenter__(self) -> Session:
@@ -114,26 +106,10 @@ class Session:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.close_lanes()
-        await self.client.aclose()
-
-    async def close_lanes(self) -> None:
-        """Close the clients the session added (the first one is its owner's)."""
-        extra, self.lanes, self.lane_in_flight = self.lanes[1:], self.lanes[:1], self.lane_in_flight[:1]
-        for lane in extra:
-            await lane.aclose()
+        await self.client.close()
 
     def now_ms(self) -> float:
         return (time.perf_counter() - self.origin) * 1000
-
-    def _lane(self) -> int:
-        """The first lane with room, a new one when all are full."""
-        for lane, count in enumerate(self.lane_in_flight):
-            if count < LANE_REQUESTS:
-                return lane
-        self.lanes.append(new_client(self.timeout_s))
-        self.lane_in_flight.append(0)
-        return len(self.lanes) - 1
 
     async def one(self, req: Request) -> RequestRecord:
         self.sent += 1
@@ -141,14 +117,11 @@ class Session:
         self.in_flight += 1
         self.started += 1
         mine = self.started
-        lane = self._lane()
-        self.lane_in_flight[lane] += 1
         try:
             before = await self._served() if alone else None
-            record = await send(self.lanes[lane], req, timeout_s=self.timeout_s, origin=self.origin)
+            record = await send(self.client, req, timeout_s=self.timeout_s, origin=self.origin)
         finally:
             self.in_flight -= 1
-            self.lane_in_flight[lane] -= 1
         if alone and self.started == mine:  # nothing else started while it ran
             record.replica = single_mover(before, await self._served())
         self.records.append(record)
@@ -208,19 +181,3 @@ class Session:
             asked = loop.time() + LAG_SAMPLE_S
             await asyncio.sleep(LAG_SAMPLE_S)
             self.loop_lag_ms.append(max(loop.time() - asked, 0.0) * 1000)
-
-
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context for every client of the process: building one loads the CA bundle (about 40 ms of CPU)."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
-def new_client(timeout_s: float) -> httpx.AsyncClient:
-    # trust_env=False: proxies from the environment must not reroute a benchmark (or a local test) elsewhere.
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-        limits=httpx.Limits(max_connections=1000, max_keepalive_connections=200),
-        trust_env=False,
-        verify=_tls(),
-    )

@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import socket
@@ -28,12 +29,11 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
-
-import httpx
 
 from kvtier.serving import SESSION_HEADER
 
@@ -47,6 +47,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+# No proxy from the environment: the processes waited for listen on 127.0.0.1.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def wait_until_answering(proc: subprocess.Popen[Any], url: str, log: Path, what: str, timeout_s: float = 30.0) -> None:
     """Wait until `url` answers 200 while `proc` (just started, its output in `log`) lives; one line otherwise: the
     process exited (with its log's tail) or did not answer in time. For Prometheus and exporters that tests start."""
@@ -55,8 +59,9 @@ def wait_until_answering(proc: subprocess.Popen[Any], url: str, log: Path, what:
         if proc.poll() is not None:
             tail = log.read_text(encoding="utf-8", errors="replace")[-800:]
             raise RuntimeError(f"{what} exited with {proc.returncode}: {tail}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=2).status_code == 200:
+        # refused, reset, 4xx/5xx (urllib's HTTPError is an OSError) or a malformed answer: not yet
+        with contextlib.suppress(OSError, http.client.HTTPException), _DIRECT.open(url, timeout=2) as resp:
+            if resp.status == 200:
                 return
         time.sleep(0.2)
     raise RuntimeError(f"{what} did not answer {url} within {timeout_s:g} s")

@@ -18,10 +18,11 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 
 from kvtier.bench.client import probe as models_probe
 from kvtier.bench.client import send
+from kvtier.bench.http import new_client
 from kvtier.bench.metrics import Sample, scrape, total
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
@@ -121,7 +122,7 @@ def probe_prompt(salt: str, words: int = PROMPT_WORDS) -> str:
     return PromptMaker(0, salt).sweep_prompt(words)
 
 
-async def _counters(client: httpx.AsyncClient, url: str) -> list[Sample]:
+async def _counters(client: aiohttp.ClientSession, url: str) -> list[Sample]:
     scraped = await scrape(client, url, timeout_s=REQUEST_TIMEOUT_S)
     if scraped.error is not None:
         raise UnreachableError(f"{url}/metrics: {scraped.error}")
@@ -133,7 +134,7 @@ def _delta(before: list[Sample], after: list[Sample], name: str) -> float | None
     return None if a is None or b is None else b - a
 
 
-async def _complete(client: httpx.AsyncClient, url: str, model: str, prompt: str, run: str) -> None:
+async def _complete(client: aiohttp.ClientSession, url: str, model: str, prompt: str, run: str) -> None:
     body = request_body("completions", model, prompt, 1)
     record = await send(client, Request(run, url, "completions", body, 0), timeout_s=REQUEST_TIMEOUT_S, origin=0.0)
     if record.error_kind == "connect":
@@ -142,7 +143,7 @@ async def _complete(client: httpx.AsyncClient, url: str, model: str, prompt: str
         raise RuntimeError(f"the request to {url} failed: {record.error}")
 
 
-async def _wait_for_store(client: httpx.AsyncClient, url: str, before: list[Sample], wait_s: float) -> float:
+async def _wait_for_store(client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float) -> float:
     """A's L2 write bytes since `before`, once they stop growing (or when `wait_s` runs out)."""
     deadline = time.monotonic() + wait_s
     written = 0.0
@@ -155,7 +156,9 @@ async def _wait_for_store(client: httpx.AsyncClient, url: str, before: list[Samp
     return written
 
 
-async def _wait_for_lookup(client: httpx.AsyncClient, url: str, before: list[Sample], wait_s: float) -> list[Sample]:
+async def _wait_for_lookup(
+    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float
+) -> list[Sample]:
     """B's counters once LMCache has published the request: as soon as they show L2 reads (a hit) or a lookup that
     found nothing (a miss); else (a worker process that publishes its reads later than the scheduler its lookup)
     whatever shows by the end of `wait_s`. Without any LMCache series there is nothing to wait for."""
@@ -198,7 +201,7 @@ async def probe_pair(
     """The probe between two reachable pods (base URLs)."""
     start = time.monotonic()
     result = ProbeResult(lob, endpoint, "miss", "")
-    async with httpx.AsyncClient() as client:
+    async with new_client(REQUEST_TIMEOUT_S) as client:
         listed = await models_probe(client, url_a, timeout_s=REQUEST_TIMEOUT_S)
         if not listed.answered:
             raise UnreachableError(f"{url_a}: {listed.error}")

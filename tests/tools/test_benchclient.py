@@ -23,6 +23,15 @@ def test_a_missing_engine_venv_is_named(tmp_path: Path, capsys: pytest.CaptureFi
     assert "make test-engine" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("baseline", ["old", "old=", "=.", "old=/nonexistent"])
+def test_a_baseline_that_is_not_label_and_checkout_exits_2(
+    baseline: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert benchclient.main(["--baseline", baseline]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "LABEL=DIR" in err
+
+
 def test_kvtier_runs_are_read_from_the_real_commands_output(tmp_path: Path) -> None:
     """One real `kvtier bench shared-prefix` run against the test server: the summary row it parses is there."""
     with benchclient.test_server() as url:
