@@ -26,9 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from kvtier.bench.client import send
+from kvtier.bench.http import new_client
 from kvtier.bench.records import Request, RequestRecord
 from kvtier.bench.testserver import free_port
 from kvtier.k8s.router import router_args
@@ -160,7 +161,7 @@ async def scale_in_traffic(
         await asyncio.to_thread(stop_group, victim.proc, STOP_GRACE_S, 0.2)
         stop_ms.append(clock_ms())
 
-    async def session(client: httpx.AsyncClient, key: str, prompt: list[int]) -> list[RequestRecord]:
+    async def session(client: aiohttp.ClientSession, key: str, prompt: list[int]) -> list[RequestRecord]:
         out: list[RequestRecord] = []
         index = 0
         rng = random.Random(f"kvtier-scale-in:{key}")
@@ -174,8 +175,7 @@ async def scale_in_traffic(
             index += 1
         return out
 
-    limits = httpx.Limits(max_connections=len(sessions) + 2)
-    async with httpx.AsyncClient(timeout=None, limits=limits) as client:
+    async with new_client(REQUEST_TIMEOUT_S) as client:
         stopper = asyncio.create_task(stop_victim())
         per_session = await asyncio.gather(*(session(client, k, p) for k, p in sessions.items()))
         await stopper
