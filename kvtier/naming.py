@@ -24,6 +24,17 @@ def own_bucket_patterns(env: str) -> tuple[str, str]:
     return (f"kvtier-{env}-*", f"{lifecycle_bucket_prefix(env)}*")
 
 
+# S3 ABAC (docs/references.md "Issue 26: LOB model buckets"): the S3 CSI driver's role reads a bucket of the account
+# only while the bucket has ABAC enabled and carries this tag, so a LOB's new bucket needs no change to any stack.
+MODEL_READER_TAG_VALUE = "true"
+
+
+def model_reader_tag(env: str) -> str:
+    """The bucket tag key that lets `env`'s S3 CSI driver read a model bucket (one key per environment, so one bucket
+    can serve several environments and untagging one leaves the others)."""
+    return f"kvtier:model-reader:{env}"
+
+
 def eks_cluster_name(env: str) -> str:
     return f"kvtier-{env}"
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvtier.config.endpoint import S3Model
 from kvtier.config.environment import Environment
 from kvtier.config.errors import cut_quoted, problems_from
 from kvtier.config.lob import LineOfBusiness
@@ -41,6 +42,12 @@ class Config:
 
     def lob(self, name: str) -> LineOfBusiness:
         return next(lob for lob in self.lobs if lob.name == name)
+
+    def model_buckets(self) -> tuple[str, ...]:
+        """The S3 buckets the LOB files load model weights from, each once, sorted."""
+        return tuple(
+            sorted({e.model.bucket for lob in self.lobs for e in lob.endpoints if isinstance(e.model, S3Model)})
+        )
 
 
 def resolve_config_dir(flag: str | None) -> Path:

@@ -15,16 +15,15 @@ from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
 from kvtier.constructs.manifests import StackOutputs, addon_release
 from kvtier.constructs.nag import acknowledge_all, managed_policy
-from kvtier.naming import own_bucket_patterns
+from kvtier.naming import MODEL_READER_TAG_VALUE, model_reader_tag, own_bucket_patterns
 
 
 @dataclass(frozen=True)
 class AddonContext:
-    """What the add-ons' extra permissions name: the clusters, and the S3 buckets the LOB files load models from."""
+    """What the add-ons' extra permissions name: the clusters, and the environment (its own buckets, its model tag)."""
 
     hyperpod_cluster_arn: str = ""
     eks_cluster_arn: str = ""
-    model_buckets: tuple[str, ...] = ()
     env_name: str = ""
 
 
@@ -46,45 +45,51 @@ def _ebs_statements(_scope: Construct, ctx: AddonContext) -> list[iam.PolicyStat
 
 
 def _s3_statements(scope: Construct, ctx: AddonContext) -> list[iam.PolicyStatement]:
-    """Read-only on the model buckets the environment's LOB files name, and never on kvtier's own buckets (lifecycle
-    scripts, TLS certificates): anyone who may create an InferenceEndpointConfig can name any bucket the driver reads."""
+    """Read-only on the account's buckets that opted in with S3 ABAC (the bucket tag `model_reader_tag(env)`), and
+    never on kvtier's own buckets (lifecycle scripts, TLS certificates): anyone who may create an
+    InferenceEndpointConfig can name any bucket the driver reads. The grant names no bucket, so a LOB with a new
+    bucket changes no stack but its own (S3 evaluates `aws:ResourceTag` only on buckets with ABAC enabled: an
+    untagged or ABAC-off bucket stays unreadable; docs/references.md "Issue 26: LOB model buckets")."""
     stack = Stack.of(scope)
     partition = stack.partition
-    statements = []
-    if ctx.model_buckets:
-        buckets = [f"arn:{partition}:s3:::{b}" for b in ctx.model_buckets]
-        statements.append(
-            iam.PolicyStatement(
-                sid="ReadModelBuckets",
-                actions=["s3:ListBucket", "s3:GetObject"],
-                resources=[*buckets, *(f"{b}/*" for b in buckets)],
-                conditions={"StringEquals": {"s3:ResourceAccount": stack.account}},
-            )
-        )
+    any_bucket = f"arn:{partition}:s3:::*"
     own = [f"arn:{partition}:s3:::{pattern}" for pattern in own_bucket_patterns(ctx.env_name)]
-    statements.append(
+    return [
+        iam.PolicyStatement(
+            sid="ReadTaggedModelBuckets",
+            actions=["s3:ListBucket", "s3:GetObject"],
+            resources=[any_bucket, f"{any_bucket}/*"],
+            conditions={
+                "StringEquals": {
+                    "s3:ResourceAccount": stack.account,
+                    f"aws:ResourceTag/{model_reader_tag(ctx.env_name)}": MODEL_READER_TAG_VALUE,
+                }
+            },
+        ),
         iam.PolicyStatement(
             sid="NeverKvtierBuckets",
             effect=iam.Effect.DENY,
             actions=["s3:*"],
             resources=[*own, *(f"{b}/*" for b in own)],
-        )
-    )
-    return statements
+        ),
+    ]
 
 
 def _no_statements(_scope: Construct, _ctx: AddonContext) -> list[iam.PolicyStatement]:
     return []
 
 
-def accepted_wildcards(name: str, ctx: AddonContext) -> Mapping[str, str]:
+def accepted_wildcards(name: str, _ctx: AddonContext) -> Mapping[str, str]:
     """cdk-nag IAM5 findings kvtier accepts for an add-on's extra statements, with why."""
     if name != "aws-mountpoint-s3-csi-driver":
         return {}
+    why = (
+        "Read-only, only in this account, and only on buckets whose owner enabled S3 ABAC and tagged them for this "
+        "environment (aws:ResourceTag condition); kvtier's own buckets are denied."
+    )
     return {
-        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/*]": "Read-only objects of a model bucket "
-        "a LOB file names (weights are read by key)."
-        for bucket in ctx.model_buckets
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*]": why,
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*/*]": why,
     }
 
 

@@ -20,6 +20,9 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 - Existing cluster: sagemaker:DescribeCluster is InService, orchestrated by the configured EKS cluster, and has
   NodeRecovery set (the Tiered Storage update needs it); iam:GetOpenIDConnectProvider exists and matches
   eks:DescribeCluster's OIDC issuer (a wrong ARN fails every IRSA role at run time).
+- Model buckets (each S3 bucket a LOB file names): s3:GetBucketAbac is Enabled and s3control:ListTagsForResource
+  shows the environment's model-reader tag, the two things the S3 CSI driver's role needs to read it (S3 ABAC,
+  kvtier.constructs.eks_addons); the bucket's owner does them once per bucket, no stack does.
 
 Every client has short timeouts and few retries (CLIENT_CONFIG, docs/deploying.md): AWS out of reach fails in
 seconds, not minutes.
@@ -27,7 +30,7 @@ seconds, not minutes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,7 +39,13 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 from kvtier.addons import ADDONS, AddonSpec
 from kvtier.config.environment import Environment
 from kvtier.errors import UnavailableError
-from kvtier.naming import inference_role_names, lifecycle_bucket_prefix, stack_name
+from kvtier.naming import (
+    MODEL_READER_TAG_VALUE,
+    inference_role_names,
+    lifecycle_bucket_prefix,
+    model_reader_tag,
+    stack_name,
+)
 from kvtier.ops.aws import UNREACHABLE, client_config, session, unreachable
 from kvtier.ops.checks import Check, ChecksReport, as_json
 
@@ -419,6 +428,42 @@ def oidc_check(env: Environment, provider_url: str | None, issuer: str) -> Check
     return Check("oidc", arn, provider_url, "ok", "the EKS cluster's issuer")
 
 
+def model_bucket_check(
+    env: Environment, bucket: str, abac: str | None, tags: Mapping[str, str], account: str, partition: str = "aws"
+) -> Check:
+    """One LOB model bucket: `abac` is GetBucketAbac's Status (None: no such bucket), `tags` its bucket tags. The S3 CSI
+    driver's role reads a bucket only with ABAC on and the environment's tag (S3 evaluates `aws:ResourceTag` only
+    once ABAC is enabled; with ABAC on, tags are set with s3control TagResource, not PutBucketTagging)."""
+    key = model_reader_tag(env.name)
+    if abac is None:
+        return Check(
+            "model bucket",
+            bucket,
+            "absent",
+            "problem",
+            f"no bucket {bucket} in account {account}: create it and upload the weights, or fix `model.bucket`",
+        )
+    if abac != "Enabled":
+        return Check(
+            "model bucket",
+            bucket,
+            f"ABAC {abac or 'Disabled'}",
+            "problem",
+            f"the S3 CSI driver reads only buckets with ABAC on: `aws s3api put-bucket-abac --bucket {bucket} "
+            "--abac-status Status=Enabled` (audit tag conditions in the bucket's other policies first), then tag it",
+        )
+    if tags.get(key) != MODEL_READER_TAG_VALUE:
+        return Check(
+            "model bucket",
+            bucket,
+            f"ABAC Enabled, {key}={tags.get(key, '<absent>')}",
+            "problem",
+            f"tag it for {env.name}'s S3 CSI driver: `aws s3control tag-resource --account-id {account} "
+            f"--resource-arn arn:{partition}:s3:::{bucket} --tags Key={key},Value={MODEL_READER_TAG_VALUE}`",
+        )
+    return Check("model bucket", bucket, f"ABAC Enabled, {key}={MODEL_READER_TAG_VALUE}", "ok")
+
+
 # ---- reading -------------------------------------------------------------------------------------------------------
 
 
@@ -432,9 +477,10 @@ class Clients:
     sagemaker: Any
     iam: Any
     s3: Any
+    s3control: Any
 
 
-SERVICES = ("cloudformation", "sts", "service-quotas", "ec2", "eks", "sagemaker", "iam", "s3")
+SERVICES = ("cloudformation", "sts", "service-quotas", "ec2", "eks", "sagemaker", "iam", "s3", "s3control")
 
 
 def clients(env: Environment, profile: str | None = None) -> Clients:
@@ -446,8 +492,9 @@ def clients(env: Environment, profile: str | None = None) -> Clients:
         raise UnavailableError(f"cannot check: {err}") from err
 
 
-def collect(env: Environment, aws: Clients) -> PreflightReport:
-    """Every check, in the order a deploy needs them. Raises UnavailableError when nothing can be checked."""
+def collect(env: Environment, aws: Clients, model_buckets: Sequence[str] = ()) -> PreflightReport:
+    """Every check, in the order a deploy needs them. Raises UnavailableError when nothing can be checked.
+    `model_buckets`: the S3 buckets the LOB files name (Config.model_buckets)."""
     checks = [_bootstrap(env, aws.cloudformation)]
     checks.append(_guard(lambda: [account_check(env, str(aws.sts.get_caller_identity()["Account"]))], "account"))
     if env.hyperpod.existing is None:  # an existing cluster's nodes are already there
@@ -478,6 +525,8 @@ def collect(env: Environment, aws: Clients) -> PreflightReport:
             "oidc",
             existing.oidc_provider_arn,
         )
+    for bucket in model_buckets:
+        checks += _guard_many(_bucket_reader(env, aws, bucket), "model bucket", bucket)
     return PreflightReport(env.name, env.region, tuple(checks))
 
 
@@ -572,6 +621,28 @@ def _oidc(env: Environment, aws: Clients, provider_arn: str, eks_cluster: str) -
             raise
         url = None
     return oidc_check(env, url, issuer)
+
+
+def _bucket_reader(env: Environment, aws: Clients, bucket: str) -> Callable[[], list[Check]]:
+    return lambda: [_model_bucket(env, aws, bucket)]
+
+
+def _model_bucket(env: Environment, aws: Clients, bucket: str) -> Check:
+    account = str(aws.sts.get_caller_identity()["Account"])
+    try:
+        abac = aws.s3.get_bucket_abac(Bucket=bucket, ExpectedBucketOwner=account).get("AbacStatus", {})
+    except ClientError as err:
+        if _code(err) not in ("NoSuchBucket", "404", "NotFound"):
+            raise  # AccessDenied (also another account's bucket, with ExpectedBucketOwner): unknown, with AWS's words
+        return model_bucket_check(env, bucket, None, {}, account)
+    status = str(abac.get("Status", ""))
+    partition = str(aws.s3.meta.partition)
+    tags: dict[str, str] = {}
+    if status == "Enabled":  # the tags matter only then (S3 ignores aws:ResourceTag on a bucket with ABAC off)
+        arn = f"arn:{partition}:s3:::{bucket}"
+        listed = aws.s3control.list_tags_for_resource(AccountId=account, ResourceArn=arn).get("Tags", [])
+        tags = {str(t.get("Key")): str(t.get("Value")) for t in listed}
+    return model_bucket_check(env, bucket, status, tags, account, partition)
 
 
 def _addon_reader(env: Environment, eks: Any, spec: AddonSpec) -> Callable[[], list[Check]]:

@@ -34,13 +34,6 @@ class EnvironmentStacks:
         return [*network, self.cluster, self.platform, *self.lobs]
 
 
-def model_buckets(config: Config) -> tuple[str, ...]:
-    """The S3 buckets the environment's LOB files load model weights from, each once, sorted."""
-    from kvtier.config.endpoint import S3Model
-
-    return tuple(sorted({e.model.bucket for lob in config.lobs for e in lob.endpoints if isinstance(e.model, S3Model)}))
-
-
 def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
     """Platform depends on cluster, cluster on network; each LOB only on cluster and platform (design).
     An existing cluster has no network stack, and its cluster stack imports it (kvtier.stacks.cluster)."""
@@ -51,7 +44,7 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
 
     env = config.env
     network = NetworkStack(scope, env) if env.hyperpod.existing is None else None
-    cluster = cluster_stack(scope, env, network.network if network is not None else None, model_buckets(config))
+    cluster = cluster_stack(scope, env, network.network if network is not None else None)
     if network is not None:
         cluster.add_stack_dependency(network)
     platform = PlatformStack(

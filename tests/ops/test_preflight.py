@@ -38,6 +38,7 @@ SERVICES = {
     "sagemaker": "sagemaker",
     "iam": "iam",
     "s3": "s3",
+    "s3control": "s3control",
 }
 ACCOUNT = "111122223333"
 PROD_ZONES = [("us-east-1a", "use1-az4"), ("us-east-1b", "use1-az6"), ("us-east-1c", "use1-az1")]
@@ -591,17 +592,110 @@ def test_existing_cluster_oidc_unreadable_is_unknown(west: Stubs, byoc: Config) 
     assert _bad(collect(byoc.env, west.clients)) == [("oidc", existing.oidc_provider_arn, "unknown")]
 
 
+# ---- issue 26: a LOB's model bucket is readable by the S3 CSI driver (S3 ABAC and the environment's tag) -------------
+
+MODEL_BUCKET = "acme-ml-models"  # config/lobs/search.yaml
+PROD_TAG = {"Key": "kvtier:model-reader:prod", "Value": "true"}
+
+
+def _model_bucket(
+    s: Stubs, bucket: str = MODEL_BUCKET, *, abac: str | None = "Enabled", tags: list[dict[str, str]] | None = None
+) -> None:
+    """The reads of one model bucket: `abac` None answers NoSuchBucket; `tags` default: the prod tag only."""
+    _caller(s)
+    params = {"Bucket": bucket, "ExpectedBucketOwner": ACCOUNT}
+    if abac is None:
+        _not_found(s, "s3", "get_bucket_abac", "NoSuchBucket", params)
+        return
+    s["s3"].add_response("get_bucket_abac", {"AbacStatus": {"Status": abac}}, params)
+    if abac != "Enabled":
+        return
+    listed = [{"Key": "cost-center", "Value": "ml"}, PROD_TAG] if tags is None else tags
+    s["s3control"].add_response(
+        "list_tags_for_resource",
+        {"Tags": listed},
+        {"AccountId": ACCOUNT, "ResourceArn": f"arn:aws:s3:::{bucket}"},
+    )
+
+
+def test_a_model_bucket_with_abac_and_the_environments_tag_passes(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    _model_bucket(east)
+    report = collect(prod.env, east.clients, prod.model_buckets())
+    assert report.ready, _bad(report)
+    (check,) = [c for c in report.checks if c.area == "model bucket"]
+    assert (check.name, check.value) == (MODEL_BUCKET, "ABAC Enabled, kvtier:model-reader:prod=true")
+
+
+@pytest.mark.parametrize(
+    ("abac", "tags", "value", "fix"),
+    [
+        ("Disabled", None, "ABAC Disabled", f"aws s3api put-bucket-abac --bucket {MODEL_BUCKET} --abac-status "),
+        (
+            "Enabled",
+            [{"Key": "kvtier:model-reader:dev", "Value": "true"}],  # tagged for another environment only
+            "ABAC Enabled, kvtier:model-reader:prod=<absent>",
+            f"aws s3control tag-resource --account-id {ACCOUNT} --resource-arn arn:aws:s3:::{MODEL_BUCKET} "
+            "--tags Key=kvtier:model-reader:prod,Value=true",
+        ),
+        ("Enabled", [{**PROD_TAG, "Value": "false"}], "ABAC Enabled, kvtier:model-reader:prod=false", "tag-resource"),
+        (None, None, "absent", f"no bucket {MODEL_BUCKET} in account {ACCOUNT}"),
+    ],
+)
+def test_a_model_bucket_the_s3_csi_driver_cannot_read(
+    east: Stubs, prod: Config, abac: str | None, tags: list[dict[str, str]] | None, value: str, fix: str
+) -> None:
+    _ready_prod(east, prod)
+    _model_bucket(east, abac=abac, tags=tags)
+    report = collect(prod.env, east.clients, prod.model_buckets())
+    assert _bad(report) == [("model bucket", MODEL_BUCKET, "problem")]
+    (check,) = [c for c in report.checks if c.area == "model bucket"]
+    assert check.value == value
+    assert fix in check.detail
+    assert report.exit_code == 1
+
+
+def test_a_model_bucket_unreadable_is_unknown(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    _caller(east)
+    east["s3"].add_client_error(
+        "get_bucket_abac", service_error_code="AccessDenied", service_message="Access Denied", http_status_code=403
+    )
+    report = collect(prod.env, east.clients, prod.model_buckets())
+    assert _bad(report) == [("model bucket", MODEL_BUCKET, "unknown")]
+    (check,) = [c for c in report.checks if c.area == "model bucket"]
+    assert check.detail == "AccessDenied: Access Denied"
+
+
+def test_config_lists_each_model_bucket_once(prod: Config) -> None:
+    assert prod.model_buckets() == (MODEL_BUCKET,)
+
+
 # ---- the CLI -------------------------------------------------------------------------------------------------------
 
 
 def test_cli_json_and_exit_codes(east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
     _ready_prod(east, prod)
+    _model_bucket(east)  # the CLI checks the bucket config/lobs/search.yaml names
     assert cli(["preflight", "-e", "prod", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ready"] is True
     _ready_prod(east, prod, bootstrap={"absent": True})
+    _model_bucket(east)
     assert cli(["preflight", "-e", "prod"]) == 1
     assert "not ready" in capsys.readouterr().out
+
+
+def test_cli_names_an_untagged_model_bucket(
+    east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
+    _ready_prod(east, prod)
+    _model_bucket(east, tags=[])
+    assert cli(["preflight", "-e", "prod", "--json"]) == 1
+    bad = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["verdict"] != "ok"]
+    assert [(c["area"], c["name"]) for c in bad] == [("model bucket", MODEL_BUCKET)]
+    assert "aws s3control tag-resource" in bad[0]["detail"]
 
 
 def test_no_credentials_exits_3(monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:

@@ -1,5 +1,6 @@
-"""Fifty lines of business, synthesized: each LOB stack still touches no other stack, and adding the fifty-first
-changes nothing in the platform stack (nor in the network and cluster stacks)."""
+"""Fifty lines of business, synthesized: each LOB stack still touches no other stack, and adding the fifty-first, with
+an S3 model bucket no other LOB uses, changes nothing in the platform stack (nor in the network and cluster stacks:
+the S3 CSI driver reads buckets tagged for the environment, kvtier.constructs.eks_addons)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,12 @@ from tests.support import many_lobs, synthesize
 
 ENV = "many"
 NODES = 160  # the same GPU nodes for 50 and 51 LOBs (51 x gpu_quota 3 fits)
+NEW_BUCKET = "acme-lob50-models"
 
 
-def test_fifty_lob_stacks_are_independent_and_a_new_one_leaves_the_platform_alone(tmp_path: Path) -> None:
+def test_fifty_lob_stacks_are_independent_and_a_new_one_with_a_new_bucket_leaves_the_others_alone(
+    tmp_path: Path,
+) -> None:
     fifty = synthesize(ENV, tmp_path / "out50", many_lobs(tmp_path / "config50", 50, name=ENV, gpu_nodes=NODES))
     lobs = [f"lob{i:02d}" for i in range(50)]
     artifacts = json.loads((fifty.outdir / "manifest.json").read_text())["artifacts"]
@@ -26,8 +30,13 @@ def test_fifty_lob_stacks_are_independent_and_a_new_one_leaves_the_platform_alon
                 assert not re.search(re.escape(name) + r"(?![0-9])", text), f"{lob} names {name}"
         deps = {d for d in artifacts[f"kvtier-{ENV}-{lob}"].get("dependencies", []) if not d.endswith(".assets")}
         assert deps == {f"kvtier-{ENV}-cluster", f"kvtier-{ENV}-platform"}, deps
-    fifty_one = synthesize(ENV, tmp_path / "out51", many_lobs(tmp_path / "config51", 51, name=ENV, gpu_nodes=NODES))
+    config51 = many_lobs(tmp_path / "config51", 51, name=ENV, gpu_nodes=NODES)
+    lob50 = config51 / "lobs" / "lob50.yaml"  # a copy of search (prod's third LOB), whose model is on S3
+    assert "bucket: acme-ml-models" in lob50.read_text()
+    lob50.write_text(lob50.read_text().replace("bucket: acme-ml-models", f"bucket: {NEW_BUCKET}"))
+    fifty_one = synthesize(ENV, tmp_path / "out51", config51)
     assert set(fifty_one.templates) - set(fifty.templates) == {f"kvtier-{ENV}-lob50"}
+    assert NEW_BUCKET in json.dumps(fifty_one.templates[f"kvtier-{ENV}-lob50"]), "the new LOB reads its new bucket"
     for stack in ("network", "cluster", "platform"):
         name = f"kvtier-{ENV}-{stack}"
         assert fifty_one.templates[name] == fifty.templates[name], f"adding a LOB changed {name}"
