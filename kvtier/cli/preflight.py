@@ -2,8 +2,8 @@
 credentials: the CDK bootstrap stack, the account, HyperPod service quotas for every instance group, the zones and
 their AZ IDs, every pinned EKS add-on version for the Kubernetes version, the HyperPod Inference add-on in the region,
 each group's instance type offered in every zone, leftovers of an earlier failed attempt under kvtier's fixed names,
-an existing cluster's status, orchestrator, NodeRecovery and OIDC provider, and that each S3 model bucket the LOB files
-name has S3 ABAC on and the environment's model-reader tag (what the S3 CSI driver needs to read it).
+an existing cluster's status, orchestrator, NodeRecovery and OIDC provider, and (with `model_bucket_access: tagged`) that each S3
+model bucket the LOB files name has S3 ABAC on and the environment's model-reader tag (what the S3 CSI driver needs to read it).
 
 AWS calls time out after 4 s to connect and 8 s to read, 2 attempts each.
 Exit 0 ready, 1 problems (each with its fix), 3 cannot check (no credentials, AWS unreachable, a malformed AWS

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -85,6 +85,11 @@ class Environment(StrictModel):
     curvine: CurvineConfig = CurvineConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
     keda: KedaConfig = KedaConfig()  # standalone endpoints' autoscaling (kvtier/config/keda.py)
+    # How the S3 CSI driver's role (cluster stack) may read LOB model buckets: `named` grants exactly the buckets the
+    # LOB files name (a LOB with a new bucket redeploys the cluster stack first); `tagged` grants any bucket of the
+    # account with S3 ABAC on and the environment's model-reader tag, so LOBs never change the cluster stack
+    # (docs/lines-of-business.md "A new S3 model bucket").
+    model_bucket_access: Literal["named", "tagged"] = "named"
     lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 

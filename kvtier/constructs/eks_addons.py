@@ -20,11 +20,14 @@ from kvtier.naming import MODEL_READER_TAG_VALUE, model_reader_tag, own_bucket_p
 
 @dataclass(frozen=True)
 class AddonContext:
-    """What the add-ons' extra permissions name: the clusters, and the environment (its own buckets, its model tag)."""
+    """What the add-ons' extra permissions name: the clusters, the environment (its own buckets, its model tag), and
+    how model buckets are read: `tagged` (S3 ABAC, no bucket named) or `named` (exactly `model_buckets`)."""
 
     hyperpod_cluster_arn: str = ""
     eks_cluster_arn: str = ""
     env_name: str = ""
+    bucket_access: str = "named"
+    model_buckets: tuple[str, ...] = ()
 
 
 # Permissions beyond managed policies, per add-on; each builder gets the construct and the context.
@@ -45,51 +48,72 @@ def _ebs_statements(_scope: Construct, ctx: AddonContext) -> list[iam.PolicyStat
 
 
 def _s3_statements(scope: Construct, ctx: AddonContext) -> list[iam.PolicyStatement]:
-    """Read-only on the account's buckets that opted in with S3 ABAC (the bucket tag `model_reader_tag(env)`), and
-    never on kvtier's own buckets (lifecycle scripts, TLS certificates): anyone who may create an
-    InferenceEndpointConfig can name any bucket the driver reads. The grant names no bucket, so a LOB with a new
-    bucket changes no stack but its own (S3 evaluates `aws:ResourceTag` only on buckets with ABAC enabled: an
-    untagged or ABAC-off bucket stays unreadable; docs/references.md "Issue 26: LOB model buckets")."""
+    """Read-only on the model buckets, never on kvtier's own buckets (lifecycle scripts, TLS certificates): anyone who
+    may create an InferenceEndpointConfig can name any bucket the driver reads. `named`: exactly the buckets the LOB
+    files name. `tagged`: the account's buckets that opted in with S3 ABAC (the bucket tag `model_reader_tag(env)`);
+    the grant names no bucket, so a LOB with a new bucket changes no stack but its own (S3 evaluates
+    `aws:ResourceTag` only on buckets with ABAC enabled: docs/references.md "Issue 26: LOB model buckets")."""
     stack = Stack.of(scope)
     partition = stack.partition
-    any_bucket = f"arn:{partition}:s3:::*"
+    statements = []
+    if ctx.bucket_access == "tagged":
+        any_bucket = f"arn:{partition}:s3:::*"
+        statements.append(
+            iam.PolicyStatement(
+                sid="ReadTaggedModelBuckets",
+                actions=["s3:ListBucket", "s3:GetObject"],
+                resources=[any_bucket, f"{any_bucket}/*"],
+                conditions={
+                    "StringEquals": {
+                        "s3:ResourceAccount": stack.account,
+                        f"aws:ResourceTag/{model_reader_tag(ctx.env_name)}": MODEL_READER_TAG_VALUE,
+                    }
+                },
+            )
+        )
+    elif ctx.model_buckets:
+        buckets = [f"arn:{partition}:s3:::{b}" for b in ctx.model_buckets]
+        statements.append(
+            iam.PolicyStatement(
+                sid="ReadModelBuckets",
+                actions=["s3:ListBucket", "s3:GetObject"],
+                resources=[*buckets, *(f"{b}/*" for b in buckets)],
+                conditions={"StringEquals": {"s3:ResourceAccount": stack.account}},
+            )
+        )
     own = [f"arn:{partition}:s3:::{pattern}" for pattern in own_bucket_patterns(ctx.env_name)]
-    return [
-        iam.PolicyStatement(
-            sid="ReadTaggedModelBuckets",
-            actions=["s3:ListBucket", "s3:GetObject"],
-            resources=[any_bucket, f"{any_bucket}/*"],
-            conditions={
-                "StringEquals": {
-                    "s3:ResourceAccount": stack.account,
-                    f"aws:ResourceTag/{model_reader_tag(ctx.env_name)}": MODEL_READER_TAG_VALUE,
-                }
-            },
-        ),
+    statements.append(
         iam.PolicyStatement(
             sid="NeverKvtierBuckets",
             effect=iam.Effect.DENY,
             actions=["s3:*"],
             resources=[*own, *(f"{b}/*" for b in own)],
-        ),
-    ]
+        )
+    )
+    return statements
 
 
 def _no_statements(_scope: Construct, _ctx: AddonContext) -> list[iam.PolicyStatement]:
     return []
 
 
-def accepted_wildcards(name: str, _ctx: AddonContext) -> Mapping[str, str]:
+def accepted_wildcards(name: str, ctx: AddonContext) -> Mapping[str, str]:
     """cdk-nag IAM5 findings kvtier accepts for an add-on's extra statements, with why."""
     if name != "aws-mountpoint-s3-csi-driver":
         return {}
-    why = (
-        "Read-only, only in this account, and only on buckets whose owner enabled S3 ABAC and tagged them for this "
-        "environment (aws:ResourceTag condition); kvtier's own buckets are denied."
-    )
+    if ctx.bucket_access == "tagged":
+        why = (
+            "Read-only, only in this account, and only on buckets whose owner enabled S3 ABAC and tagged them for this "
+            "environment (aws:ResourceTag condition); kvtier's own buckets are denied."
+        )
+        return {
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*]": why,
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*/*]": why,
+        }
     return {
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*]": why,
-        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::*/*]": why,
+        f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{bucket}/*]": "Read-only objects of a model bucket "
+        "a LOB file names (weights are read by key)."
+        for bucket in ctx.model_buckets
     }
 
 

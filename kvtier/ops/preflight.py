@@ -20,7 +20,7 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 - Existing cluster: sagemaker:DescribeCluster is InService, orchestrated by the configured EKS cluster, and has
   NodeRecovery set (the Tiered Storage update needs it); iam:GetOpenIDConnectProvider exists and matches
   eks:DescribeCluster's OIDC issuer (a wrong ARN fails every IRSA role at run time).
-- Model buckets (each S3 bucket a LOB file names): s3:GetBucketAbac is Enabled and s3control:ListTagsForResource
+- Model buckets, with `model_bucket_access: tagged` (each S3 bucket a LOB file names): s3:GetBucketAbac is Enabled and s3control:ListTagsForResource
   shows the environment's model-reader tag, the two things the S3 CSI driver's role needs to read it (S3 ABAC,
   kvtier.constructs.eks_addons); the bucket's owner does them once per bucket, no stack does.
 
@@ -525,8 +525,9 @@ def collect(env: Environment, aws: Clients, model_buckets: Sequence[str] = ()) -
             "oidc",
             existing.oidc_provider_arn,
         )
-    for bucket in model_buckets:
-        checks += _guard_many(_bucket_reader(env, aws, bucket), "model bucket", bucket)
+    if env.model_bucket_access == "tagged":  # `named`: the cluster stack grants the buckets themselves
+        for bucket in model_buckets:
+            checks += _guard_many(_bucket_reader(env, aws, bucket), "model bucket", bucket)
     return PreflightReport(env.name, env.region, tuple(checks))
 
 

@@ -44,7 +44,12 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
 
     env = config.env
     network = NetworkStack(scope, env) if env.hyperpod.existing is None else None
-    cluster = cluster_stack(scope, env, network.network if network is not None else None)
+    cluster = cluster_stack(
+        scope,
+        env,
+        network.network if network is not None else None,
+        config.model_buckets() if config.env.model_bucket_access == "named" else (),
+    )
     if network is not None:
         cluster.add_stack_dependency(network)
     platform = PlatformStack(

@@ -68,18 +68,23 @@ class ClusterStack(KvtierStack):
         )
 
 
-def cluster_stack(scope: Construct, env: Environment, network: KvtierNetwork | None) -> ClusterStack:
-    """kvtier's own cluster in `network`, or the import of the existing one (no network stack then). It names no
-    LOB's model bucket (the S3 CSI driver reads buckets tagged for the environment), so LOBs never change it."""
+def cluster_stack(
+    scope: Construct, env: Environment, network: KvtierNetwork | None, model_buckets: tuple[str, ...] = ()
+) -> ClusterStack:
+    """kvtier's own cluster in `network`, or the import of the existing one (no network stack then).
+    `model_buckets`: the S3 buckets the LOB files load weights from (with `model_bucket_access: named` the S3 CSI driver
+    may read only those; with `tagged` it names none, so LOBs never change this stack)."""
     if env.hyperpod.existing is not None:
-        return ExistingClusterStack(scope, env, env.hyperpod.existing)
+        return ExistingClusterStack(scope, env, env.hyperpod.existing, model_buckets)
     if network is None:
         raise ValueError("a cluster kvtier creates needs the network stack")
-    return NewClusterStack(scope, env, network)
+    return NewClusterStack(scope, env, network, model_buckets)
 
 
 class NewClusterStack(ClusterStack):
-    def __init__(self, scope: Construct, env: Environment, network: KvtierNetwork) -> None:
+    def __init__(
+        self, scope: Construct, env: Environment, network: KvtierNetwork, model_buckets: tuple[str, ...]
+    ) -> None:
         super().__init__(scope, env, f"kvtier {env.name}: EKS and the HyperPod cluster")
         subnets = network.node_subnets
         # 1. EKS, OIDC provider and access entries.
@@ -143,7 +148,9 @@ class NewClusterStack(ClusterStack):
             context=AddonContext(
                 hyperpod_cluster_arn=self.hyperpod.cluster_arn,
                 eks_cluster_arn=self.kvtier_eks.cluster.cluster_arn,
+                model_buckets=model_buckets,
                 env_name=env.name,
+                bucket_access=env.model_bucket_access,
             ),
         )
         self.node_addons.node.add_dependency(self.hyperpod.cluster)
@@ -173,7 +180,9 @@ class ExistingClusterStack(ClusterStack):
     """An existing HyperPod cluster: imported, with only what its install switches ask for, and Tiered Storage set
     through the API. No VPC, EKS or HyperPod resource is created."""
 
-    def __init__(self, scope: Construct, env: Environment, existing: ExistingCluster) -> None:
+    def __init__(
+        self, scope: Construct, env: Environment, existing: ExistingCluster, model_buckets: tuple[str, ...]
+    ) -> None:
         super().__init__(
             scope,
             env,
@@ -186,7 +195,9 @@ class ExistingClusterStack(ClusterStack):
         context = AddonContext(
             hyperpod_cluster_arn=existing.hyperpod_cluster_arn,
             eks_cluster_arn=self.eks.icluster.cluster_arn,
+            model_buckets=model_buckets,
             env_name=env.name,
+            bucket_access=env.model_bucket_access,
         )
         self.addons: dict[str, ClusterAddons] = {}
         for phase in ADDON_GROUPS:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -598,6 +599,11 @@ MODEL_BUCKET = "acme-ml-models"  # config/lobs/search.yaml
 PROD_TAG = {"Key": "kvtier:model-reader:prod", "Value": "true"}
 
 
+def _tagged_env(prod: Config) -> Config:
+    """prod with `model_bucket_access: tagged` (the shipped prod reads its buckets by name)."""
+    return replace(prod, env=prod.env.model_copy(update={"model_bucket_access": "tagged"}))
+
+
 def _model_bucket(
     s: Stubs, bucket: str = MODEL_BUCKET, *, abac: str | None = "Enabled", tags: list[dict[str, str]] | None = None
 ) -> None:
@@ -621,7 +627,7 @@ def _model_bucket(
 def test_a_model_bucket_with_abac_and_the_environments_tag_passes(east: Stubs, prod: Config) -> None:
     _ready_prod(east, prod)
     _model_bucket(east)
-    report = collect(prod.env, east.clients, prod.model_buckets())
+    report = collect(_tagged_env(prod).env, east.clients, prod.model_buckets())
     assert report.ready, _bad(report)
     (check,) = [c for c in report.checks if c.area == "model bucket"]
     assert (check.name, check.value) == (MODEL_BUCKET, "ABAC Enabled, kvtier:model-reader:prod=true")
@@ -647,7 +653,7 @@ def test_a_model_bucket_the_s3_csi_driver_cannot_read(
 ) -> None:
     _ready_prod(east, prod)
     _model_bucket(east, abac=abac, tags=tags)
-    report = collect(prod.env, east.clients, prod.model_buckets())
+    report = collect(_tagged_env(prod).env, east.clients, prod.model_buckets())
     assert _bad(report) == [("model bucket", MODEL_BUCKET, "problem")]
     (check,) = [c for c in report.checks if c.area == "model bucket"]
     assert check.value == value
@@ -661,7 +667,7 @@ def test_a_model_bucket_unreadable_is_unknown(east: Stubs, prod: Config) -> None
     east["s3"].add_client_error(
         "get_bucket_abac", service_error_code="AccessDenied", service_message="Access Denied", http_status_code=403
     )
-    report = collect(prod.env, east.clients, prod.model_buckets())
+    report = collect(_tagged_env(prod).env, east.clients, prod.model_buckets())
     assert _bad(report) == [("model bucket", MODEL_BUCKET, "unknown")]
     (check,) = [c for c in report.checks if c.area == "model bucket"]
     assert check.detail == "AccessDenied: Access Denied"
@@ -671,28 +677,38 @@ def test_config_lists_each_model_bucket_once(prod: Config) -> None:
     assert prod.model_buckets() == (MODEL_BUCKET,)
 
 
+def test_named_bucket_access_checks_no_bucket_tags(east: Stubs, prod: Config) -> None:
+    """The shipped prod grants its buckets by name (cluster stack): no ABAC or tag read, no bucket check."""
+    assert prod.env.model_bucket_access == "named"
+    _ready_prod(east, prod)
+    report = collect(prod.env, east.clients, prod.model_buckets())
+    assert report.ready, _bad(report)
+    assert [c for c in report.checks if c.area == "model bucket"] == []
+
+
 # ---- the CLI -------------------------------------------------------------------------------------------------------
 
 
 def test_cli_json_and_exit_codes(east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
     _ready_prod(east, prod)
-    _model_bucket(east)  # the CLI checks the bucket config/lobs/search.yaml names
     assert cli(["preflight", "-e", "prod", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ready"] is True
     _ready_prod(east, prod, bootstrap={"absent": True})
-    _model_bucket(east)
     assert cli(["preflight", "-e", "prod"]) == 1
     assert "not ready" in capsys.readouterr().out
 
 
 def test_cli_names_an_untagged_model_bucket(
-    east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any
+    east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any, config_copy: Path
 ) -> None:
+    """With `model_bucket_access: tagged` the CLI checks the bucket config/lobs/search.yaml names."""
+    env_file = config_copy / "environments" / "prod.yaml"
+    env_file.write_text(env_file.read_text().replace("model_bucket_access: named", "model_bucket_access: tagged"))
     monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
     _ready_prod(east, prod)
     _model_bucket(east, tags=[])
-    assert cli(["preflight", "-e", "prod", "--json"]) == 1
+    assert cli(["preflight", "-e", "prod", "--config-dir", str(config_copy), "--json"]) == 1
     bad = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["verdict"] != "ok"]
     assert [(c["area"], c["name"]) for c in bad] == [("model bucket", MODEL_BUCKET)]
     assert "aws s3control tag-resource" in bad[0]["detail"]
