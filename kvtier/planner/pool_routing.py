@@ -54,6 +54,16 @@ class CacheAwareKnobs:
         ]
 
 
+# vllm-router 0.1.17's own cache_aware defaults (its router_args.py): what `prefixaware` runs with in standalone mode.
+ROUTER_DEFAULT_KNOBS = CacheAwareKnobs(
+    cache_threshold=0.3,
+    balance_abs_threshold=64,
+    balance_rel_threshold=1.5,
+    max_tree_size=ROUTER_MAX_TREE_SIZE,
+    why={},
+)
+
+
 def pool_aware_knobs(tiers: TierModel, prefix_tokens: int, suffix_tokens: int) -> CacheAwareKnobs:
     """The cache_aware knobs under which leaving a prefix's holder costs what the shared L2 says it costs.
 
