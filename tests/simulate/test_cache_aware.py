@@ -76,6 +76,12 @@ def test_derived_knobs_leave_a_busy_holder_that_the_routers_defaults_wait_for() 
     assert sorted(p.requests for p in eager.per_replica) == [1, 2]
     assert eager.tokens.l2_other == len(prefix) * BLOCK
     assert eager.ttft_s["mean"] < defaults.ttft_s["mean"]
+    # The replay runs cache_aware, not the production-stack trie (which follows the holder): a match rate at or
+    # below the threshold (8 of 28 and 8 of 9 units, under 0.99) goes to the least-loaded replica.
+    strict = simulate(rows, POOLED, SimConfig(routing="prefixaware", cache_aware=_knobs(threshold=0.99)))
+    assert sorted(p.requests for p in strict.per_replica) == [1, 2]
+    trie = simulate(rows, POOLED, SimConfig(routing="prefixaware"))
+    assert sorted(p.requests for p in trie.per_replica) == [0, 3]
 
 
 def test_standalone_endpoints_simulate_the_knobs_their_router_is_rendered_with() -> None:
