@@ -43,5 +43,9 @@ ROUTER_POLICY = {
 KYVERNO_CHART_REPOSITORY = "https://kyverno.github.io/kyverno/"
 KYVERNO_CHART_VERSION = "3.9.0"
 KYVERNO_APP_VERSION = "v1.19.0"
+# KEDA: the HyperPod Inference Operator chart depends on the `keda` chart 2.17.1 (kedacore/charts), installed with the
+# add-on in hyperpod-inference-system (aws/sagemaker-hyperpod-cli@067d658b helm_chart/HyperPodHelmChart/charts/
+# inference-operator/Chart.yaml). kvtier's ScaledObjects are validated against KEDA's CRDs at that tag (tests/crds/keda).
+KEDA_VERSION = "v2.17.1"
 # Upstream CRDs the tests validate against (`make crds` fetches them into .crds/): HyperPod CLI commit and Kyverno tag.
 HYPERPOD_CLI_CRD_COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"

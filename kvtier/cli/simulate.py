@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvtier.cli import simulate_elastic
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
 from kvtier.errors import ExitCode, UsageError, name_list
 from kvtier.serving import KV_AWARE_THRESHOLD
@@ -104,6 +105,7 @@ def register(sub: Any) -> None:
         "subfolder <UTC time> in it",
     )
     parser.add_argument("--no-plots", action="store_true", help="do not write PNG plots")
+    simulate_elastic.add_options(parser)
     add_json_option(parser)
     parser.set_defaults(func=run)
 
@@ -151,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
 
         prepare_out_dir(out)  # before the replay: its plots must have somewhere to go
     tier_model = load_tier_model()
+    if args.autoscale:
+        l2_settings = _l2_policy(endpoint, lob, args.janitor_every)
+        return simulate_elastic.run(args, config, lob, endpoint, trace, tier_model, out, l2_settings, _console())
     strategies = list(dict.fromkeys(args.routing or STRATEGIES))
     runs: list[tuple[TierModel, UnitTrace, SimConfig, dict[str, float]]] = []
     for l1_gib in args.l1_gib or [None]:
@@ -205,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
         }
         print_json(json_report(context, first, results, plots))
     else:
-        out_console = Console(width=min(Console().width, NARROW)) if sys.stdout.isatty() else Console(width=NARROW)
+        out_console = _console()
         print_report(out_console, title, first, results, endpoint.routing)
         for plot in plots:
             out_console.print(f"wrote {plot}")
@@ -213,6 +218,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtier simulate: every request is longer than max_model_len {first.max_model_len}", file=sys.stderr)
         return int(ExitCode.PROBLEMS)
     return int(ExitCode.OK)
+
+
+def _console() -> Any:
+    """The report's console: at most NARROW columns on a terminal, exactly NARROW into a pipe or file."""
+    from rich.console import Console
+
+    return Console(width=min(Console().width, NARROW)) if sys.stdout.isatty() else Console(width=NARROW)
 
 
 def _l2_policy(endpoint: Endpoint, lob: LineOfBusiness, janitor_every_s: float) -> dict[str, Any]:
@@ -250,6 +262,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         if args.l1_gib is not None:
             raise UsageError("give --l1-gib only (--l1-gb is its deprecated name)")
         args.l1_gib = args.l1_gb
+    simulate_elastic.check_flags(args)
     replicas, l1, l2 = args.replicas, args.l1_gib or [], args.l2_gb or []
     if len(l1) > 1 and len(l2) > 1:
         raise UsageError("--l1-gib and --l2-gb both sweep several sizes; sweep one of them at a time")

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES
-from kvtier.config.base import FieldError, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
+from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
 from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
@@ -161,17 +161,55 @@ class CloudWatchTrigger(StrictModel):
     activation_target_value: Annotated[float, Field(ge=0)] = 0.0
 
 
-Trigger = Annotated[PrometheusTrigger | CloudWatchTrigger, Field(discriminator="type")]
+# kvtier's own per-endpoint scaling signals, recorded by its rules (kvtier/k8s/observability/rules.py SIGNAL_RECORDS):
+# requests waiting per replica, TTFT p90 over the environment's SLO, prompt tokens computed (served by no tier) per
+# replica per second, and tokens loaded from L2 per replica per second. Not GPU KV utilisation: with tiering on, it
+# sits near 100% whatever the load (docs/endpoints.md "Autoscaling").
+Signal = Literal["queue_per_replica", "ttft_p90_over_slo", "computed_tokens_per_replica", "l2_hit_tokens_per_replica"]
+
+
+class SignalTrigger(StrictModel):
+    """Scale on one of kvtier's signals: `{signal: queue_per_replica, target: 4}`; kvtier renders the query."""
+
+    type: Literal["signal"] = "signal"  # implied by `signal:`
+    signal: Signal
+    target: PositiveFloat  # per replica, except ttft_p90_over_slo (a ratio: 1 is at the SLO)
+    activation_target: Annotated[float, Field(ge=0)] = 0.0
+
+
+Trigger = Annotated[SignalTrigger | PrometheusTrigger | CloudWatchTrigger, Field(discriminator="type")]
 
 
 class Autoscaling(StrictModel):
-    """Operator mode passes this to the CRD's autoScalingSpec (KEDA); quota checks use `max_replicas`."""
+    """Both modes, one meaning (KEDA): operator mode renders the CRD's autoScalingSpec, standalone mode a ScaledObject
+    on the Deployment (kvtier/k8s/autoscaling.py); quota and node-fit checks count `max_replicas`. `trigger` (one) or
+    `triggers` (several; KEDA scales to the largest replica count any of them asks for)."""
 
     min_replicas: Annotated[int, Field(ge=1)] = 1
     max_replicas: Annotated[int, Field(ge=1)] = 5
     polling_interval_s: Annotated[int, Field(ge=1)] = 30
     cooldown_period_s: Annotated[int, Field(ge=0)] = 300
-    trigger: Trigger  # KEDA needs one; the operator installs KEDA with an IRSA role for CloudWatch and AMP
+    trigger: Trigger | None = None
+    triggers: Annotated[Items[Trigger], Field(max_length=10)] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _signal_type(cls, data: Any) -> Any:
+        """`{signal: ..., target: ...}` needs no `type: signal`."""
+        if not isinstance(data, dict):
+            return data
+
+        def typed(trigger: Any) -> Any:
+            if isinstance(trigger, dict) and "signal" in trigger and "type" not in trigger:
+                return {"type": "signal", **trigger}
+            return trigger
+
+        out = dict(data)
+        if "trigger" in out:
+            out["trigger"] = typed(out["trigger"])
+        if isinstance(out.get("triggers"), list):
+            out["triggers"] = [typed(t) for t in out["triggers"]]
+        return out
 
     @model_validator(mode="after")
     def _order(self) -> Autoscaling:
@@ -179,7 +217,21 @@ class Autoscaling(StrictModel):
             raise FieldError(
                 "max_replicas", f"{self.max_replicas} is below min_replicas {self.min_replicas}", "use max >= min"
             )
+        if (self.trigger is None) == (not self.triggers):
+            raise FieldError(
+                "trigger",
+                "both trigger and triggers are set" if self.trigger else "no trigger is set",
+                "give one `trigger:` (e.g. {signal: queue_per_replica, target: 4}) or a `triggers:` list",
+            )
         return self
+
+    @property
+    def all_triggers(self) -> tuple[SignalTrigger | PrometheusTrigger | CloudWatchTrigger, ...]:
+        return (self.trigger,) if self.trigger is not None else self.triggers
+
+    def trigger_path(self, index: int) -> str:
+        """Where the `index`-th of all_triggers is written, relative to `autoscaling`."""
+        return "trigger" if self.trigger is not None else f"triggers[{index}]"
 
 
 class Endpoint(StrictModel):
@@ -235,13 +287,7 @@ class Endpoint(StrictModel):
                 "the HyperPod tiered storage L2 is wired by the Inference Operator only",
                 "use l2: curvine or none in standalone mode, or mode: operator",
             )
-        if self.autoscaling is not None:
-            if self.mode != "operator":
-                raise FieldError(
-                    "autoscaling",
-                    "autoscaling uses the KEDA that the Inference Operator add-on installs",
-                    "use mode: operator, or set autoscaling: null and a fixed replicas count",
-                )
+        if self.autoscaling is not None:  # where KEDA comes from is a cross-file rule (kvtier/rules/autoscaling.py)
             low, high = self.autoscaling.min_replicas, self.autoscaling.max_replicas
             if not low <= self.replicas <= high:
                 raise FieldError(

@@ -13,6 +13,7 @@ from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
 from kvtier.config.curvine import CurvineConfig
 from kvtier.config.eks import EksConfig
 from kvtier.config.hyperpod import HyperPodConfig, InstanceGroup, Role
+from kvtier.config.keda import KedaConfig
 from kvtier.config.lob import LOB_NAME_MAX
 from kvtier.config.network import NetworkConfig, plan_subnets
 from kvtier.config.observability import ObservabilityConfig
@@ -83,6 +84,7 @@ class Environment(StrictModel):
     catalog_overrides: CatalogOverrides = Field(default_factory=dict)
     curvine: CurvineConfig = CurvineConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
+    keda: KedaConfig = KedaConfig()  # standalone endpoints' autoscaling (kvtier/config/keda.py)
     lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 

@@ -106,8 +106,9 @@ def walk(loc: Sequence[str | int], root: type[BaseModel]) -> tuple[list[str | in
             out.append(part)
             key_next = False
             continue
-        fields = [m.model_fields[part] for m in current if part in m.model_fields]
-        tagged = _tagged(current, part) if len(current) > 1 and not fields else []
+        # A union's tag first: pydantic puts it before the fields, and it may equal a field's name (`signal`).
+        tagged = _tagged(current, part) if len(current) > 1 else []
+        fields = [] if tagged else [m.model_fields[part] for m in current if part in m.model_fields]
         if fields:
             out.append(part)
             current = [model for f in fields for model in _unwrap(f.annotation)]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from kvtier.config.endpoint import Autoscaling, CloudWatchTrigger, Endpoint, HuggingFaceModel, PrometheusTrigger
+from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
+from kvtier.k8s.autoscaling import operator_autoscaling_spec
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
     OPERATOR_NAMESPACE,
@@ -111,35 +112,6 @@ def kv_cache_spec(endpoint: Endpoint) -> dict[str, Any]:
     return spec
 
 
-def autoscaling_spec(endpoint: str, autoscaling: Autoscaling) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "minReplicaCount": autoscaling.min_replicas,
-        "maxReplicaCount": autoscaling.max_replicas,
-        "pollingInterval": autoscaling.polling_interval_s,
-        "cooldownPeriod": autoscaling.cooldown_period_s,
-    }
-    trigger = autoscaling.trigger
-    if isinstance(trigger, PrometheusTrigger):
-        spec["prometheusTrigger"] = {
-            "name": f"{endpoint}-prometheus",
-            "serverAddress": trigger.server_address,
-            "query": trigger.query,
-            "targetValue": trigger.target_value,
-            "activationTargetValue": trigger.activation_target_value,
-        }
-    elif isinstance(trigger, CloudWatchTrigger):
-        spec["cloudWatchTrigger"] = {
-            "name": f"{endpoint}-cloudwatch",
-            "namespace": trigger.namespace,
-            "metricName": trigger.metric_name,
-            "metricStat": trigger.statistic,
-            "dimensions": [{"name": k, "value": v} for k, v in sorted(trigger.dimensions.items())],
-            "targetValue": trigger.target_value,
-            "activationTargetValue": trigger.activation_target_value,
-        }
-    return spec
-
-
 def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
     size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
     spec: dict[str, Any] = {
@@ -168,7 +140,7 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
         ],
     }
     if endpoint.autoscaling is not None:
-        spec["autoScalingSpec"] = autoscaling_spec(endpoint.name, endpoint.autoscaling)
+        spec["autoScalingSpec"] = operator_autoscaling_spec(env, lob, endpoint)
     metadata: dict[str, Any] = {"name": endpoint.name, "namespace": lob_namespace(lob)}
     if annotations := l2_identity_annotations(endpoint):
         metadata["annotations"] = annotations

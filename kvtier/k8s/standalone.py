@@ -16,6 +16,7 @@ import yaml
 
 from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
+from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
     COMPONENT_LABEL,
@@ -27,6 +28,12 @@ from kvtier.k8s.endpoint_names import (
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
 from kvtier.k8s.placement import placement
+from kvtier.k8s.plugins import (
+    LMCACHE_CONNECTOR_CLASS,
+    LMCACHE_CONNECTOR_FILE,
+    LMCACHE_CONNECTOR_MODULE,
+    plugin_text,
+)
 from kvtier.k8s.security import container_security_context, pod_security_context
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 from kvtier.serving import (
@@ -43,9 +50,16 @@ from kvtier.sizing import worker_size
 CONFIG_DIR = "/etc/lmcache"
 CONFIG_FILE = "lmcache.yaml"
 MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk
-# vLLM's registered connector. A chunk LMCache found but cannot read (an L2 read that fails or times out) is computed
-# again instead of failing the request: vLLM's default policy is "fail" (docs/references.md "issue 22").
-KV_TRANSFER_CONFIG = {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", "kv_load_failure_policy": "recompute"}
+# LMCache's vLLM connector, as kvtier's subclass that drops client-supplied cache tags (plugins/kvtier_lmcache.py,
+# shipped in the LMCache ConfigMap, imported from CONFIG_DIR on PYTHONPATH; docs/references.md "Client-supplied cache
+# tags (issue 24)"). A chunk LMCache found but cannot read (an L2 read that fails or times out) is computed again
+# instead of failing the request: vLLM's default policy is "fail" (docs/references.md "issue 22").
+KV_TRANSFER_CONFIG = {
+    "kv_connector": LMCACHE_CONNECTOR_CLASS,
+    "kv_connector_module_path": LMCACHE_CONNECTOR_MODULE,
+    "kv_role": "kv_both",
+    "kv_load_failure_policy": "recompute",
+}
 SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the pod's memory limit
 # Startup covers the weight download and load: 180 x 10 s = 30 minutes before the kubelet restarts the pod.
 STARTUP_FAILURES = 180
@@ -65,7 +79,10 @@ def lmcache_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": config_map_name(endpoint.name), "namespace": lob_namespace(lob)},
-        "data": {CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(endpoint), sort_keys=True)},
+        "data": {
+            CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(endpoint), sort_keys=True),
+            LMCACHE_CONNECTOR_FILE: plugin_text(LMCACHE_CONNECTOR_FILE),
+        },
     }
 
 
@@ -110,6 +127,7 @@ def _engine_env(endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dic
     if endpoint_lmcache_config(endpoint):
         env.append({"name": "LMCACHE_CONFIG_FILE", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"})
         env.append({"name": "LMCACHE_TRACK_USAGE", "value": "false"})  # LMCache usage_context.py
+        env.append({"name": "PYTHONPATH", "value": CONFIG_DIR})  # where vLLM imports KV_TRANSFER_CONFIG's module from
     return env
 
 
@@ -156,7 +174,9 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         # The vLLM image runs as root and writes its caches under /root and /tmp: root stays, the rest is dropped.
         "securityContext": container_security_context(read_only_root=False),
     }
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    # The ConfigMap's whole data (settings and connector module): a change of either rolls the pods.
+    data = lmcache_config_map(lob, endpoint)["data"] if config else config
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
     metadata: dict[str, Any] = {"name": endpoint.name, "namespace": namespace, "labels": labels}
     if annotations := l2_identity_annotations(endpoint):
         metadata["annotations"] = annotations
@@ -165,7 +185,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "kind": "Deployment",
         "metadata": metadata,
         "spec": {
-            "replicas": endpoint.replicas,
+            # With autoscaling, KEDA's HPA owns the count: a replicas field would reset it on every apply.
+            **({} if endpoint.autoscaling else {"replicas": endpoint.replicas}),
             # A new pod cannot get a GPU while the old ones hold them all: replace one at a time, never surge.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}},
             "selector": {"matchLabels": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "engine"}},
@@ -206,3 +227,4 @@ def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoi
         api_object(chart, "lmcache-config", lmcache_config_map(lob, endpoint))
     api_object(chart, "engine", engine_deployment(env, lob, endpoint))
     api_object(chart, "engine-service", engine_service(lob, endpoint))
+    add_standalone_autoscaling(chart, env, lob, endpoint)

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
+from kvtier.planner.autoscaling import propose
 from kvtier.planner.cost import (
     FIXED_SOURCES,
     NOT_PRICED,
@@ -136,7 +137,27 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "l2_hit": _l2_hit(tiers, prompt_tokens) if has_l2 else None,
         "break_even_tokens": break_even,
         "break_even_note": note,
+        "autoscaling": _autoscaling(lob, endpoint, tiers, prompt_tokens, env.observability.ttft_p90_slo_ms / 1000),
     }
+
+
+def _autoscaling(
+    lob: LineOfBusiness, endpoint: Endpoint, tiers: TierModel, prompt_tokens: int, slo_s: float
+) -> list[dict[str, Any]]:
+    """kvtier's proposal for each autoscaling setting, beside what the endpoint configures (None: not set)."""
+    configured: dict[str, float] = {}
+    if endpoint.autoscaling is not None:
+        configured = {
+            "min_replicas": endpoint.autoscaling.min_replicas,
+            "max_replicas": endpoint.autoscaling.max_replicas,
+        }
+        for trigger in endpoint.autoscaling.all_triggers:
+            if trigger.type == "signal":
+                configured[trigger.signal] = trigger.target
+    return [
+        {"setting": p.name, "proposed": p.value, "configured": configured.get(p.name), "why": p.why}
+        for p in propose(lob, endpoint, tiers, prompt_tokens, slo_s)
+    ]
 
 
 def _l2_hit(tiers: TierModel, prompt_tokens: int) -> dict[str, Any]:

@@ -106,7 +106,20 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
             for e in endpoints
         ],
     )
+    settings = list(dict.fromkeys(a["setting"] for e in endpoints for a in e["autoscaling"]))
+    for setting in settings:
+        row(f"autoscale {setting}", [_proposal(e, setting) for e in endpoints])
     return rows
+
+
+def _proposal(endpoint: dict[str, Any], setting: str) -> str:
+    """`proposed (configured: x): why`, or `-` where the endpoint has no such signal."""
+    found = [a for a in endpoint["autoscaling"] if a["setting"] == setting]
+    if not found:
+        return "-"
+    a = found[0]
+    configured = "" if a["configured"] is None else f" (configured {a['configured']:g})"
+    return f"{a['proposed']:g}{configured}: {a['why']}"
 
 
 def _endpoint_tables(plan: dict[str, Any], wide: bool) -> list[Table]:

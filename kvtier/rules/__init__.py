@@ -17,6 +17,7 @@ from kvtier.config.loader import DEFAULT_ENV, Config, parse_config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import ConfigError, Problem
 from kvtier.rules.access import check_eks_access, check_model_buckets
+from kvtier.rules.autoscaling import check_autoscaling
 from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
@@ -42,6 +43,7 @@ def cross_check(
         found.errors.extend(placement)
         check_chunk_alignment(site, found)
         check_routing(site, found)
+        check_autoscaling(ctx, site, found)
         check_tiered_storage(ctx, site, found)
         check_pinned_weights(site, found)
         model = models.get((site.lob.name, site.index))

@@ -8,7 +8,9 @@ Refused unless `--allow-replacement`:
 - any change in an operator-mode endpoint's `intelligentRoutingSpec` (immutable once set, so the operator
   rejects the update; the endpoint must be replaced).
 
-Reported, never refused: an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
+Reported, never refused: a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
+may scale it to one pod once before KEDA's autoscaler takes over; Kubernetes "Migrating Deployments and StatefulSets
+to horizontal autoscaling", docs/references.md "Issue 27 (part A)"); an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
 image and its LMCache, ...: kvtier/serving.py). Its pods move to a new, empty L2 directory, so its L2 starts cold;
 the old one is left to the janitor. The notice names each fact that moved, with its old and new value.
 """
@@ -139,6 +141,31 @@ def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]])
                         old_spec,
                         new_spec,
                         "immutable once set: the operator rejects the update; delete and recreate the endpoint",
+                    )
+                )
+    return changes
+
+
+def autoscaler_handovers(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    """Deployments that had `replicas` and now leave the count to a ScaledObject (a notice, not a refusal)."""
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        scaled = {
+            (key[0], _dig(o, ("spec", "scaleTargetRef", "name")))
+            for key, o in _objects(after[stack], "ScaledObject").items()
+        }
+        new = _objects(after[stack], "Deployment")
+        for key, old in sorted(_objects(before[stack], "Deployment").items()):
+            count = _dig(old, ("spec", "replicas"))
+            if key in scaled and key in new and count is not None and _dig(new[key], ("spec", "replicas")) is None:
+                changes.append(
+                    Change(
+                        stack,
+                        f"endpoint {key[0]}/{key[1]} replicas",
+                        count,
+                        "autoscaling",
+                        "the apply removes the fixed count, which may scale the Deployment to one pod once before "
+                        "KEDA scales it back to min_replicas",
                     )
                 )
     return changes

@@ -10,15 +10,10 @@ of one surge pod free (rollouts then finish one pod after another). Standalone D
 
 from __future__ import annotations
 
-from kvtier.config.endpoint import Endpoint
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import Problem, name_list
+from kvtier.planner.autoscaling import surge_gpus  # one home: the autoscaling plan's max uses it too
 from kvtier.rules.context import Context, Findings
-
-
-def surge_gpus(endpoint: Endpoint) -> int:
-    """GPUs of the pod a rolling update adds before it removes one (operator mode only)."""
-    return endpoint.tensor_parallel if endpoint.mode == "operator" else 0
 
 
 def check_quota(ctx: Context, lob: LineOfBusiness, found: Findings) -> None:

@@ -88,6 +88,13 @@ def simulate(
     progress: Callable[[int], None] | None = None,
 ) -> SimResult:
     """Replay `trace` (a `Trace`, or one already mapped with `to_units(trace, model.chunk_tokens, qps_scale)`)."""
+    check_model(model)
+    units = trace if isinstance(trace, UnitTrace) else to_units(trace, model.chunk_tokens, config.qps_scale)
+    return Replay(units, model, config, progress).run()
+
+
+def check_model(model: TierModel) -> None:
+    """One line naming what the tier model lacks to be simulated."""
     if model.replicas < 1:
         raise UsageError(f"replicas {model.replicas} is below 1; simulate at least one replica")
     speeds = {"prefill_s_per_token": model.prefill_s_per_token}
@@ -100,12 +107,10 @@ def simulate(
                 f"the tier model's {name} is {value}; the catalog lacks a speed for this instance type "
                 "(set it in the environment's catalog_overrides)"
             )
-    units = trace if isinstance(trace, UnitTrace) else to_units(trace, model.chunk_tokens, config.qps_scale)
-    return _Run(units, model, config, progress).run()
 
 
-class _Run:
-    """State of one replay; methods are the three events."""
+class Replay:
+    """State of one replay; methods are the three events (kvtier/simulate/elastic.py adds the autoscaler's)."""
 
     def __init__(
         self, trace: UnitTrace, model: TierModel, config: SimConfig, progress: Callable[[int], None] | None
@@ -116,11 +121,21 @@ class _Run:
         self.progress = progress
         size = trace.unit_tokens
         replicas = model.replicas
-        self.l0 = [LRU(model.l0_tokens // size) for _ in range(replicas)]
-        self.l1 = [LRU(model.l1_tokens // size) for _ in range(replicas)]
+        self.l0: list[LRU] = []
+        self.l1: list[LRU] = []
+        self.queues: list[deque[int]] = []
+        self.running: list[int] = []
+        self.served: list[int] = []
+        self.busy: list[float] = []
+        # L2 loads in flight per node (their end times): they share the node's NIC (TierModel.l2_load_seconds).
+        self.l2_reads: list[list[float]] = []
+        self.replicas_per_node = max(model.replicas_per_node, 1)
         l2_units = model.l2_tokens // size if model.has_l2 else 0  # no L2 backend: no capacity, infinite load time
         self.l2 = SharedPool(l2_units, config.l2_max_age_s, config.janitor_every_s, config.l2_target_fraction)
-        self.view = ClusterView([0] * replicas, self.l0, self.l1, random.Random(config.seed), self.l2)
+        self.view = ClusterView([], self.l0, self.l1, random.Random(config.seed), self.l2)
+        for _ in range(replicas):
+            self.add_replica()
+        self.view.set_active(range(replicas))
         self.router = make_router(
             config.routing,
             self.view,
@@ -131,21 +146,30 @@ class _Run:
             slots=config.slots,
             cache_aware=config.cache_aware,
         )
-        self.queues: list[deque[int]] = [deque() for _ in range(replicas)]
-        self.running = [0] * replicas
-        self.served = [0] * replicas
-        self.busy = [0.0] * replicas
         self.events: list[tuple[float, int, int, int, int]] = []  # (done at, sequence, replica, request, known)
         self.sequence = 0
         self.ttft: list[float] = []
         self.tier = [0, 0, 0, 0, 0]  # l0, l1, l2 same, l2 other, miss (tokens)
         self.last_done = 0.0
-        # L2 loads in flight per node (their end times): they share the node's NIC (TierModel.l2_load_seconds).
-        self.l2_reads: list[list[float]] = [[] for _ in range(-(-replicas // max(model.replicas_per_node, 1)))]
         # LMCache chunks per simulated unit (2: 256-token chunks in 512-token trace blocks); above 1, a prompt
         # ending inside a unit stores that unit's whole chunks apart (see `partial_key`).
         self.chunks_per_unit = max(size // model.chunk_tokens, 1)
-        self.replicas_per_node = max(model.replicas_per_node, 1)
+
+    def add_replica(self) -> int:
+        """A new replica with empty L0 and L1 (a new pod); returns its index. It takes requests once the view lists
+        it as active."""
+        size, model = self.trace.unit_tokens, self.model
+        self.l0.append(LRU(model.l0_tokens // size))
+        self.l1.append(LRU(model.l1_tokens // size))
+        self.queues.append(deque())
+        self.running.append(0)
+        self.served.append(0)
+        self.busy.append(0.0)
+        self.view.outstanding.append(0)
+        replica = len(self.l0) - 1
+        while len(self.l2_reads) <= replica // self.replicas_per_node:
+            self.l2_reads.append([])
+        return replica
 
     def run(self) -> SimResult:
         trace, config = self.trace, self.config

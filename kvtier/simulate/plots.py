@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kvtier.simulate.elastic import ElasticResult
 from kvtier.simulate.result import SimResult
 
 TIER_LABELS = (
@@ -150,3 +151,65 @@ def _save(figure: Any, path: Path) -> Path:
     figure.savefig(path, dpi=110)
     plt.close(figure)
     return path
+
+
+def window_p90(served: Sequence[tuple[float, float]], window_s: float) -> tuple[list[float], list[float]]:
+    """TTFT p90 of the requests arriving in each `window_s` window (window midpoints, p90s); empty windows skipped."""
+    from kvtier.bench.stats import percentile
+
+    groups: dict[int, list[float]] = {}
+    for arrival, ttft in served:
+        groups.setdefault(int(arrival // window_s), []).append(ttft)
+    mids, p90s = [], []
+    for key in sorted(groups):
+        value = percentile(sorted(groups[key]), 90)
+        if value is not None:
+            mids.append((key + 0.5) * window_s)
+            p90s.append(value)
+    return mids, p90s
+
+
+def write_elastic_plot(runs: Sequence[tuple[str, ElasticResult]], out_dir: Path, title: str) -> Path:
+    """Replicas over time (ready, solid; holding GPUs, dotted) above the TTFT p90 per window of arrivals, one colour
+    per labelled run (with and without the shared L2)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True, height_ratios=(2, 3))
+    span = max((t for _, run in runs for t, *_ in run.timeline), default=0.0)
+    window = max(runs[0][1].policy.polling_s, span / 60) if runs else 60.0  # about 60 points at most
+    values: list[float] = []
+    for order, (label, run) in enumerate(runs):
+        width = max(3.0 - 1.5 * order, 1.0)  # the first run drawn wider: equal replica counts stay visible
+        minutes = [t / 60 for t, *_ in run.timeline]
+        line = top.step(
+            minutes, [ready for _, ready, _ in run.timeline], where="post", linewidth=width, label=f"{label}: ready"
+        )
+        colour = line[0].get_color()
+        top.step(
+            minutes,
+            [held for *_, held in run.timeline],
+            where="post",
+            linestyle=":",
+            color=colour,
+            label=f"{label}: holding GPUs",
+        )
+        mids, p90s = window_p90(run.served, window)
+        bottom.plot([m / 60 for m in mids], p90s, marker=".", color=colour, label=label)
+        values += p90s
+    top.set_ylabel("replicas")
+    top.yaxis.get_major_locator().set_params(integer=True)
+    top.legend(fontsize=7, ncol=2)
+    top.set_title(f"Replicas and TTFT under the autoscaler\n{title}", fontsize=9)
+    if ttft_needs_log_axis(values):
+        bottom.set_yscale("log")
+        log_ticks(bottom)
+        bottom.set_ylabel(f"TTFT p90 per {window:g} s (s, log)")
+    else:
+        bottom.set_ylabel(f"TTFT p90 per {window:g} s (s)")
+    bottom.set_xlabel("minutes from the first request")
+    bottom.legend(fontsize=7)
+    return _save(figure, out_dir / "elastic.png")

@@ -15,8 +15,8 @@ import hashlib
 import math
 import random
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from kvtier.planner.model import TierModel
@@ -31,13 +31,29 @@ RING_POINTS = 160  # points per replica on the session hash ring (uhashring's ke
 
 @dataclass
 class ClusterView:
-    """What a router may look at: queue lengths always; cache contents only for kvaware."""
+    """What a router may look at: queue lengths always; cache contents only for kvaware.
+
+    `active` lists the replicas that take new requests (all of them unless an autoscaler changes the set,
+    kvtier/simulate/elastic.py); `mask` has their bits, and `version` counts the changes. A replica the autoscaler
+    adds gets a new index, as a new pod gets a new address: no router has history for it."""
 
     outstanding: list[int]  # requests waiting or running, per replica
     l0: Sequence[LRU]
     l1: Sequence[LRU]
     rng: random.Random
     l2: SharedPool | None = None  # the shared pool's contents (poolaware only)
+    active: list[int] = field(default_factory=list)
+    mask: int = 0
+    version: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.active:
+            self.set_active(range(len(self.outstanding)))
+
+    def set_active(self, replicas: Iterable[int]) -> None:
+        self.active = sorted(replicas)
+        self.mask = sum(1 << r for r in self.active)
+        self.version += 1
 
     def least_loaded(self, candidates: Sequence[int]) -> int:
         if len(candidates) == 1:
@@ -65,11 +81,12 @@ class RoundRobin:
     """Each request to the next replica, blind to load and cache."""
 
     def __init__(self, view: ClusterView) -> None:
-        self.replicas = len(view.outstanding)
+        self.view = view
         self.count = 0
 
     def choose(self, _ask: Ask) -> int:
-        replica = self.count % self.replicas
+        active = self.view.active
+        replica = active[self.count % len(active)]
         self.count += 1
         return replica
 
@@ -78,14 +95,23 @@ class Session:
     """Consistent hash of the session id onto a ring of replicas (sticky, blind to load)."""
 
     def __init__(self, view: ClusterView) -> None:
-        points = sorted(
-            (_hash(f"replica-{r}-{v}"), r) for r in range(len(view.outstanding)) for v in range(RING_POINTS)
-        )
-        self.keys = [p for p, _ in points]
-        self.owners = [r for _, r in points]
+        self.view = view
+        self.version = -1
+        self.keys: list[int] = []
+        self.owners: list[int] = []
         self.memo: dict[int, int] = {}
 
+    def _ring(self) -> None:
+        """(Re)build the ring over the active replicas: a member that joins or leaves moves only its share."""
+        points = sorted((_hash(f"replica-{r}-{v}"), r) for r in self.view.active for v in range(RING_POINTS))
+        self.keys = [p for p, _ in points]
+        self.owners = [r for _, r in points]
+        self.memo.clear()
+        self.version = self.view.version
+
     def choose(self, ask: Ask) -> int:
+        if self.version != self.view.version:
+            self._ring()
         replica = self.memo.get(ask.session)
         if replica is None:
             index = bisect.bisect(self.keys, _hash(str(ask.session))) % len(self.keys)
@@ -103,13 +129,13 @@ class PrefixAware:
         self.view = view
         self.unit_tokens = unit_tokens
         self.min_match_tokens = min_match_tokens
-        self.all = (1 << len(view.outstanding)) - 1
         self.sent: dict[int, int] = {}  # unit -> bitmask of replicas it was sent to (chained ids make this a trie)
 
     def choose(self, ask: Ask) -> int:
         units = ask.units
         sent = self.sent
-        selected = self.all
+        view = self.view
+        selected = view.mask
         matched = 0
         for unit in units:
             narrowed = sent.get(unit, 0) & selected
@@ -119,9 +145,9 @@ class PrefixAware:
             matched += 1
         matched_tokens = min(matched * self.unit_tokens, ask.tokens)
         if matched_tokens < self.min_match_tokens:
-            replica = self.view.least_loaded(range(len(self.view.outstanding)))
+            replica = view.least_loaded(view.active)
         else:
-            replica = self.view.least_loaded([r for r in range(len(self.view.outstanding)) if selected >> r & 1])
+            replica = view.least_loaded([r for r in view.active if selected >> r & 1])
         bit = 1 << replica
         for unit in units:
             sent[unit] = sent.get(unit, 0) | bit
@@ -145,9 +171,9 @@ class KvAware:
         view = self.view
         best = 0
         holders: list[int] = []
-        for replica, (l0, l1) in enumerate(zip(view.l0, view.l1, strict=True)):
-            held0 = l0.entries
-            held1 = l1.entries
+        for replica in view.active:
+            held0 = view.l0[replica].entries
+            held1 = view.l1[replica].entries
             matched = 0
             for unit in units:
                 if unit in held0 or unit in held1:
@@ -160,7 +186,7 @@ class KvAware:
                 holders.append(replica)
         matched_tokens = min(best * self.unit_tokens, tokens)
         if not best or matched_tokens < max(tokens - self.threshold, 0):
-            return view.least_loaded(range(len(view.outstanding)))
+            return view.least_loaded(view.active)
         return view.least_loaded(holders)
 
 
@@ -213,7 +239,10 @@ class PoolAware:
         best: list[int] = []
         best_ttft = math.inf
         services: dict[int, float] = {}
-        for replica in range(len(view.outstanding)):
+        free_at = self.free_at
+        if len(free_at) < len(view.outstanding):  # replicas the autoscaler added
+            free_at += [0.0] * (len(view.outstanding) - len(free_at))
+        for replica in view.active:
             if not view.outstanding[replica]:
                 self.free_at[replica] = ask.now
             wait = max(self.free_at[replica] - ask.now, 0.0)
@@ -240,23 +269,29 @@ class CacheAware:
         self.view = view
         self.knobs = knobs
         self.capacity = max(knobs.max_tree_size // CHARS_PER_TOKEN // max(unit_tokens, 1), 1)  # units per replica
-        self.trees: list[OrderedDict[int, None]] = [OrderedDict() for _ in view.outstanding]
+        self.trees: dict[int, OrderedDict[int, None]] = {}
+        self.version = -1
 
     def _least_loaded(self) -> int:
         load = self.view.outstanding
-        return load.index(min(load))
+        return min(self.view.active, key=load.__getitem__)  # the first of equals, as upstream's min_by_key
 
     def choose(self, ask: Ask) -> int:
-        load = self.view.outstanding
+        view = self.view
+        if self.version != view.version:  # a replica that left loses its tree (upstream removes its tenant)
+            self.trees = {r: self.trees.get(r, OrderedDict()) for r in view.active}
+            self.version = view.version
+        load = view.outstanding
         knobs = self.knobs
-        low, high = min(load), max(load)
+        loads = [load[r] for r in view.active]
+        low, high = min(loads), max(loads)
         units = ask.units
         if high - low > knobs.balance_abs_threshold and high > low * knobs.balance_rel_threshold:
             replica = self._least_loaded()
         else:
             best = 0
             holders: list[int] = []
-            for r, tree in enumerate(self.trees):
+            for r, tree in self.trees.items():
                 matched = 0
                 for unit in units:
                     if unit not in tree:
@@ -267,7 +302,7 @@ class CacheAware:
                 elif matched == best and matched:
                     holders.append(r)
             rate = best / len(units) if units else 0.0
-            replica = self.view.least_loaded(holders) if rate > knobs.cache_threshold else self._least_loaded()
+            replica = view.least_loaded(holders) if rate > knobs.cache_threshold else self._least_loaded()
         tree = self.trees[replica]
         for unit in units:
             tree[unit] = None

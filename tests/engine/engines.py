@@ -145,10 +145,13 @@ class Engine:
         self._log_offset += len(data)
         return data.decode("utf-8", errors="replace")
 
-    def complete(self, prompt: list[int], timeout_s: float = 300.0) -> dict[str, Any]:
+    def complete(
+        self, prompt: list[int], timeout_s: float = 300.0, extra: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """One greedy token for `prompt`; `extra` adds request fields (e.g. a client's `kv_transfer_params`)."""
         response = httpx.post(
             f"{self.url}/v1/completions",
-            json={"model": self.served_model, "prompt": prompt, "max_tokens": 1, "temperature": 0},
+            json={"model": self.served_model, "prompt": prompt, "max_tokens": 1, "temperature": 0, **(extra or {})},
             timeout=timeout_s,
         )
         if response.status_code != 200:

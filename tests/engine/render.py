@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,6 +203,9 @@ def localize(
         elif value.startswith("/"):
             env[name] = str(paths(value))
     for path, text in rendered.files.items():
+        if not path.endswith((".yaml", ".yml")):  # a shipped module (the LMCache connector): as rendered
+            files[paths(path)] = text
+            continue
         settings = yaml.safe_load(text) or {}
         if "remote_url" in settings:
             settings["remote_url"], l2_dir = paths.url(settings["remote_url"])
@@ -210,7 +214,8 @@ def localize(
         files[paths(path)] = yaml.safe_dump(settings, sort_keys=True)
     if serving.env_name("max_local_cpu_size") in env:
         env[serving.env_name("max_local_cpu_size")] = str(L1_GIB)
-    env |= CPU_ENV | {"PYTHONPATH": str(adapter_dir)}
+    # The test-only adapter first, then what kvtier puts on the path (the folder of its connector module).
+    env |= CPU_ENV | {"PYTHONPATH": os.pathsep.join([str(adapter_dir), *filter(None, [env.get("PYTHONPATH")])])}
     env |= env_overrides or {}
     return Launch(rendered.name, tuple(args), env, files, l2_dir)
 

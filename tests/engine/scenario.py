@@ -200,11 +200,13 @@ def l2_files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
 
 
-def ask(engine: Engine, prompt: list[int], l2_root: Path, *, wait_store: bool) -> Reading:
+def ask(
+    engine: Engine, prompt: list[int], l2_root: Path, *, wait_store: bool, extra: dict[str, Any] | None = None
+) -> Reading:
     before_files = l2_files(l2_root)
     before_hits = engine.metric(EXTERNAL_HITS)
     engine.new_log()
-    body = engine.complete(prompt)
+    body = engine.complete(prompt, extra=extra)
     log = engine.new_log()
     if wait_store:  # LMCache stores after the forward pass; wait for its line, then for the files (bounded)
         deadline = time.monotonic() + STORE_TIMEOUT_S

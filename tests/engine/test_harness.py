@@ -13,6 +13,7 @@ import pytest
 
 from kvtier import serving
 from kvtier.config.loader import Config
+from kvtier.k8s import standalone
 from kvtier.rules import load_checked
 from tests.engine import checks, render
 from tests.engine.engines import EngineError, Engines, group_alive, metric_sum
@@ -46,8 +47,12 @@ def test_standalone_settings_are_kvtiers_own(config: Config, tmp_path: Path) -> 
     launch = _launch(rendered, tmp_path)
     assert launch.l2_dir is not None
     assert launch.l2_dir.is_relative_to(tmp_path / "l2")
-    ((path, text),) = launch.files.items()
+    ((path, text),) = [(p, t) for p, t in launch.files.items() if p.suffix == ".yaml"]
     assert path.is_relative_to(tmp_path / "root")
+    # kvtier's connector module (issue 24) is written as rendered, in the folder its PYTHONPATH names here
+    (module,) = [p for p in launch.files if p.suffix == ".py"]
+    assert launch.files[module] == rendered.files[f"{standalone.CONFIG_DIR}/{module.name}"]
+    assert launch.env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "adapter"), str(module.parent)]
     import yaml
 
     local = yaml.safe_load(text)

@@ -80,7 +80,8 @@ def test_engine_deployment(prod: Config) -> None:
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     args = container["args"]
     assert json.loads(args[args.index("--kv-transfer-config") + 1]) == {
-        "kv_connector": "LMCacheConnectorV1",
+        "kv_connector": "KvtierLMCacheConnectorV1",  # LMCache's, minus client cache tags (issue 24)
+        "kv_connector_module_path": "kvtier_lmcache",
         "kv_role": "kv_both",
         "kv_load_failure_policy": "recompute",  # an L2 chunk that cannot be read is computed again (issue 22)
     }

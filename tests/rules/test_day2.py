@@ -14,7 +14,7 @@ from kvtier import serving
 from kvtier.cli import main as cli
 from kvtier.config.endpoint import DEFAULT_IMAGES
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
-from kvtier.rules.day2 import CURVINE_MASTERS, IEC_KIND, cold_starts, compare, manifests
+from kvtier.rules.day2 import CURVINE_MASTERS, IEC_KIND, autoscaler_handovers, cold_starts, compare, manifests
 from kvtier.versions import OPERATOR_LMCACHE_VERSION, OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 from tests.support import Synth
 
@@ -246,3 +246,23 @@ def test_a_standalone_pin_bump_starts_only_standalone_endpoints_cold(
     assert notices[0].startswith("notice: kvtier-prod-support: endpoint kvtier-support/llama31-8b L2 identity")
     assert f'image changed ("{STANDALONE_VLLM_IMAGE}" -> "{bumped}"' in notices[0]
     assert 'lmcache changed ("0.4.3" -> "0.5.6"' in notices[0]
+
+
+def test_a_standalone_endpoint_that_starts_autoscaling_gets_a_notice() -> None:
+    """Its Deployment loses `replicas` to a ScaledObject: the apply may scale it to one pod once (never refused)."""
+    fixed = {**STANDALONE, "spec": {"replicas": 2}}
+    scaled = {
+        "kind": "ScaledObject",
+        "metadata": {"name": "llama31-8b", "namespace": "kvtier-support"},
+        "spec": {"scaleTargetRef": {"name": "llama31-8b"}},
+    }
+    old, new = {"p": _template(objects=[fixed])}, {"p": _template(objects=[STANDALONE, scaled])}
+    [notice] = autoscaler_handovers(old, new)
+    assert notice.what == "endpoint kvtier-support/llama31-8b replicas" and (notice.before, notice.after) == (
+        2,
+        "autoscaling",
+    )
+    assert "one pod once" in notice.why
+    assert compare(old, new) == []
+    assert autoscaler_handovers(new, new) == [] and autoscaler_handovers(old, old) == []
+    assert autoscaler_handovers(old, {"p": _template(objects=[STANDALONE])}) == []  # no ScaledObject: not a handover

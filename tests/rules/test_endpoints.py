@@ -41,13 +41,6 @@ BAD: list[tuple[str, str, Edit, str, str]] = [
     ("image latest", "retail", lambda e: e.update(image="lmcache/vllm-openai:latest"), "image", "latest"),
     ("tp above GPUs", "retail", lambda e: e.update(tensor_parallel=2), "tensor_parallel", "divide"),
     ("tiered L2 standalone", "support", lambda e: e["cache"].update(l2="tieredstorage"), "cache.l2", "operator"),
-    (
-        "autoscaling standalone",
-        "support",
-        lambda e: e.update(autoscaling={"min_replicas": 1, "max_replicas": 3, "trigger": PROMETHEUS}),
-        "autoscaling",
-        "KEDA",
-    ),
     ("autoscaling without trigger", "retail", lambda e: e.update(autoscaling={"max_replicas": 3}), "trigger", ""),
     (
         "replicas outside autoscaling",

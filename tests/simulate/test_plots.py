@@ -4,14 +4,17 @@ and a sweep's per-strategy plots say which sizes they show."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kvtier.cli import main
-from kvtier.simulate import plots
-from tests.support import ROOT
+from kvtier.simulate import SimConfig, Trace, TraceRequest, plots
+from kvtier.simulate.elastic import ScalePolicy, simulate_elastic
+from kvtier.simulate.plots import window_p90, write_elastic_plot
+from tests.support import ROOT, ROUND_COSTS
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -64,3 +67,24 @@ def test_percent_top() -> None:
     assert plots.percent_top([95.0]) == 100.0
     assert plots.percent_top([0.0]) == 5.0
     assert plots.percent_top([]) == 5.0
+
+
+def test_window_p90_groups_arrivals_by_window() -> None:
+    # Two windows of 10 s: TTFTs 1..10 in the first (numpy's linear p90: 9.1), one request in the third.
+    served = [(float(i), float(i + 1)) for i in range(10)] + [(25.0, 4.0)]
+    mids, p90s = window_p90(served, 10.0)
+    assert mids == [5.0, 25.0]
+    assert p90s == pytest.approx([9.1, 4.0])
+
+
+def test_elastic_figure_is_written(tmp_path: Path) -> None:
+    trace = Trace(tuple(TraceRequest(i * 250.0, 1536, 1, (1, 2, 1000 + i)) for i in range(400)))
+    policy = ScalePolicy(1, 4, target_inflight=2, polling_s=10, cooldown_s=60, startup_s=20)
+    model = dataclasses.replace(ROUND_COSTS, l2_tokens=10**12)
+    runs = [
+        (label, simulate_elastic(trace, m, SimConfig(routing="roundrobin"), policy))
+        for label, m in (("on", model), ("off", ROUND_COSTS))
+    ]
+    path = write_elastic_plot(runs, tmp_path, "test")
+    assert path == tmp_path / "elastic.png"
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

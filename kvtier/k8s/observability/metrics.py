@@ -15,12 +15,14 @@ VLLM_EXTERNAL_PREFIX_CACHE_HITS = "vllm:external_prefix_cache_hits_total"  # the
 VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # histogram, 1-2-5 buckets up to max_model_len
 VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"  # every generation: what the dashboards' variables read
+VLLM_REQUESTS_WAITING = "vllm:num_requests_waiting"  # gauge, every generation: requests queued for the scheduler
 # 0.19.0 and 0.32.0 only (not in 0.11.1): prompt tokens by source, counted when the prefill is done.
 VLLM_PROMPT_TOKENS_BY_SOURCE = (
     "vllm:prompt_tokens_by_source_total"  # source: local_compute|local_cache_hit|external_kv_transfer
 )
 SOURCE_L0 = "local_cache_hit"
 SOURCE_EXTERNAL = "external_kv_transfer"  # LMCache L1 + L2 together
+SOURCE_COMPUTE = "local_compute"  # prefilled: served by no tier
 
 # LMCache 0.4.3 (lmcache/observability.py): labels model_name, worker_id, role (one series per TP rank).
 LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)

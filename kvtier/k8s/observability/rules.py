@@ -25,6 +25,7 @@ import copy
 from typing import Any
 
 from kvtier.catalog import resolve_model
+from kvtier.config.endpoint import Signal
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.curvine import names as curvine
@@ -272,11 +273,43 @@ def platform_alerts(env: Environment) -> list[Rule]:
     return alerts
 
 
+# The autoscaling signals (issue 27; docs/endpoints.md "Autoscaling"): one series per endpoint, labels lob and
+# kvtier_endpoint. The per-replica ones are totals: KEDA's AverageValue target divides by the replica count.
+SIGNAL_RECORDS: dict[Signal, str] = {
+    "queue_per_replica": "lob_endpoint:kvtier_requests_waiting:sum",
+    "ttft_p90_over_slo": "lob_endpoint:kvtier_ttft_p90_over_slo:ratio5m",
+    "computed_tokens_per_replica": "lob_endpoint:kvtier_computed_prompt_tokens:rate5m",
+    "l2_hit_tokens_per_replica": "lob_endpoint:kvtier_l2_hit_tokens:rate5m",  # a tier record (tier_records)
+}
+
+
+def signal_records(env: Environment) -> list[Rule]:
+    """Requests waiting, TTFT p90 over the environment's SLO, and prompt tokens prefilled (no tier held them): vLLM
+    0.19+ counts them by source (`local_compute`); vLLM 0.11 as prompt - L0 hits - connector hits."""
+    slo_s = env.observability.ttft_p90_slo_ms / 1000
+    computed = f'source="{m.SOURCE_COMPUTE}"'
+    legacy_cached = (
+        f"{_engine_sum(m.VLLM_PREFIX_CACHE_HITS)} + on ({BY_ENDPOINT}) {_engine_sum(m.VLLM_EXTERNAL_PREFIX_CACHE_HITS)}"
+    )
+    legacy = f"clamp_min({_engine_sum(m.VLLM_PROMPT_TOKENS)} - on ({BY_ENDPOINT}) ({legacy_cached}), 0)"
+    return [
+        _record(
+            SIGNAL_RECORDS["queue_per_replica"], f"sum by ({BY_ENDPOINT}) ({m.VLLM_REQUESTS_WAITING}{{{ENGINES}}})"
+        ),
+        _record(SIGNAL_RECORDS["ttft_p90_over_slo"], f"lob_endpoint:vllm_ttft_seconds:p90_5m / {slo_s:g}"),
+        _record(
+            SIGNAL_RECORDS["computed_tokens_per_replica"],
+            f"{_engine_sum(m.VLLM_PROMPT_TOKENS_BY_SOURCE, computed)} or {legacy}",
+        ),
+    ]
+
+
 def platform_groups(env: Environment) -> list[dict[str, Any]]:
     return [
         {"name": "kvtier-tiers", "rules": tier_records()},
         {"name": "kvtier-storage", "rules": storage_records()},
         {"name": "kvtier-alerts", "rules": platform_alerts(env)},
+        {"name": "kvtier-signals", "rules": signal_records(env)},
     ]
 
 

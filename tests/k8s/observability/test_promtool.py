@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from kvtier.catalog import resolve_model
+from kvtier.config.endpoint import Signal
 from kvtier.k8s.observability import rules
 from kvtier.k8s.observability.charts import lob_files, platform_files
 from kvtier.rules import load_checked
@@ -451,3 +452,62 @@ def test_with_for_changes_a_copy_only() -> None:
     assert yaml.safe_dump(groups) == before
     assert {r["for"] for g in short for r in g["rules"] if "alert" in r} == {"20s"}
     assert all(r.get("for", "x") != "0m" for g in groups for r in g["rules"]), "every alert needs a for: > 0"
+
+
+# Issue 27: each autoscaling signal (rules.SIGNAL_RECORDS) from synthetic engine series. Two engines queue 3 and 5
+# requests; every request's TTFT is between 2.5 s and 5 s (p90 4.75 s, interpolated, against dev's 2 s SLO); the
+# prompt traffic above (600 of 1000 tokens a minute computed, 200 read from L2).
+WAITING = [
+    (f'vllm:num_requests_waiting{{{ENG}, instance="a"}}', "3x30"),
+    (f'vllm:num_requests_waiting{{{ENG}, instance="b"}}', "5x30"),
+]
+SLOW_TTFT = [
+    (f'vllm:time_to_first_token_seconds_bucket{{{ENG}, le="2.5"}}', "0x30"),
+    (f'vllm:time_to_first_token_seconds_bucket{{{ENG}, le="5.0"}}', "0+10x30"),
+    (f'vllm:time_to_first_token_seconds_bucket{{{ENG}, le="+Inf"}}', "0+10x30"),
+]
+SIGNAL_VALUES: dict[Signal, int] = {  # in thousandths
+    "queue_per_replica": 8000,
+    "ttft_p90_over_slo": round(4.75 / (DEV.env.observability.ttft_p90_slo_ms / 1000) * 1000),
+    "computed_tokens_per_replica": 10_000,  # 600 a minute
+    "l2_hit_tokens_per_replica": round(200 / 60 * 1000),
+}
+
+
+def _signal_test(tmp_path: Path, series: list[tuple[str, str]]) -> subprocess.CompletedProcess[str]:
+    paths = _write_rules(tmp_path)
+    checks = [
+        {
+            "expr": f"round({rules.SIGNAL_RECORDS[signal]} * 1000)",
+            "eval_time": "20m",
+            "exp_samples": [{"labels": f"{{{EP}}}", "value": value}],
+        }
+        for signal, value in SIGNAL_VALUES.items()
+    ]
+    spec = tmp_path / "signals.test.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "rule_files": [str(p) for p in paths],
+                "evaluation_interval": "1m",
+                "tests": [{"interval": "1m", "input_series": _series(series), "promql_expr_test": checks}],
+            }
+        )
+    )
+    return promtool.run("test", "rules", spec)
+
+
+@pytest.mark.parametrize(
+    "generation", [pytest.param(BY_SOURCE, id="vllm-0.19-0.32"), pytest.param(V0_11, id="vllm-0.11.1")]
+)
+def test_every_autoscaling_signal_under_promtool(tmp_path: Path, generation: list[tuple[str, str]]) -> None:
+    """One value per endpoint for each signal, whichever vLLM generation exports the tokens, router scraped beside."""
+    assert set(SIGNAL_VALUES) == set(rules.SIGNAL_RECORDS)
+    result = _signal_test(tmp_path, [*generation, *L2_READS, *WAITING, *SLOW_TTFT, *ROUTER_SCRAPE])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_autoscaling_signals_fail_on_the_wrong_numbers(tmp_path: Path) -> None:
+    """The check can fail: one engine's queue missing gives another total."""
+    result = _signal_test(tmp_path, [*V0_11, *L2_READS, *WAITING[:1], *SLOW_TTFT])
+    assert result.returncode != 0
