@@ -207,7 +207,10 @@ def test_cooldown_is_the_scale_down_window_in_both_modes(prod: Config) -> None:
     assert spec["scaleDownStabilizationTime"] == 123
     support = prod.lob("support").endpoints[0]
     standalone = support.model_copy(
-        update={"replicas": 1, "autoscaling": Autoscaling(max_replicas=2, cooldown_period_s=123, triggers=(SIGNALS[0],))}
+        update={
+            "replicas": 1,
+            "autoscaling": Autoscaling(max_replicas=2, cooldown_period_s=123, triggers=(SIGNALS[0],)),
+        }
     )
     behavior = scaled_object(_in_cluster(prod.env), "support", standalone)["spec"]["advanced"]
     assert behavior["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] == 123
