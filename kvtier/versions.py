@@ -33,7 +33,12 @@ STANDALONE_LMCACHE_VERSION = "0.4.3"
 VLLM_ROUTER_VERSION = "0.1.17"
 ROUTER_IMAGE = f"vllm/vllm-router:v{VLLM_ROUTER_VERSION}"
 # kvtier's routing strategy -> the router's --policy; a strategy without one (kvaware) is refused in standalone mode.
-ROUTER_POLICY = {"prefixaware": "cache_aware", "session": "consistent_hash", "roundrobin": "round_robin"}
+ROUTER_POLICY = {
+    "prefixaware": "cache_aware",
+    "session": "consistent_hash",
+    "roundrobin": "round_robin",
+    "poolaware": "cache_aware",  # with knobs derived from the plan (kvtier/planner/pool_routing.py)
+}
 # Kyverno: official chart (https://kyverno.github.io/kyverno/), chart 3.9.0 = app v1.19.0 (kyverno/kyverno@ee97ce09).
 KYVERNO_CHART_REPOSITORY = "https://kyverno.github.io/kyverno/"
 KYVERNO_CHART_VERSION = "3.9.0"

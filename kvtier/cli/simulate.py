@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from kvtier.config.loader import Config
     from kvtier.config.lob import LineOfBusiness
     from kvtier.planner.model import TierModel
+    from kvtier.planner.pool_routing import CacheAwareKnobs
 
     TierModelFunction = Callable[..., TierModel]
 
@@ -109,6 +110,20 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _cache_aware(endpoint: Endpoint, model: TierModel, routing: str) -> CacheAwareKnobs | None:
+    """Standalone endpoints route with vllm-router's cache_aware: its defaults for prefixaware, the plan's knobs
+    for poolaware (kvtier/planner/pool_routing.py); the simulator models what the LOB stack renders."""
+    from kvtier.planner.pool_routing import ROUTER_DEFAULT_KNOBS, pool_aware_knobs
+
+    if endpoint.mode != "standalone":
+        return None
+    if routing == "prefixaware":
+        return ROUTER_DEFAULT_KNOBS
+    if routing == "poolaware" and model.has_l2:
+        return pool_aware_knobs(model, endpoint.bench.prefix_len, endpoint.bench.suffix_len)
+    return None
+
+
 def load_tier_model() -> TierModelFunction:
     """The planner's `tier_model(config, lob, endpoint, *, replicas, l1_gib, l2_gb)`, imported when the command runs."""
     from kvtier.planner.tiers import tier_model
@@ -159,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
                     qps_scale=args.qps_scale,
                     prefix_min_match_tokens=args.prefix_min_match,
                     kv_aware_threshold=args.kv_aware_threshold,
+                    cache_aware=_cache_aware(endpoint, model, routing),
                     **_l2_policy(endpoint, lob, args.janitor_every),
                 )
                 runs.append((model, units, sim, labels))

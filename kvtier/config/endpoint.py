@@ -15,7 +15,7 @@ from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
 
 ENDPOINT_NAME_MAX = 28
 MIN_MODEL_LEN = 256  # the shortest max_model_len kvtier accepts
-Routing = Literal["prefixaware", "kvaware", "session", "roundrobin"]
+Routing = Literal["prefixaware", "kvaware", "session", "roundrobin", "poolaware"]
 Mode = Literal["operator", "standalone"]
 # vLLM `--dtype` (weights and KV): `auto` takes the model config's dtype. Part of the L2 identity.
 Dtype = Literal["auto", "bfloat16", "float16"]
@@ -251,7 +251,8 @@ class Endpoint(StrictModel):
     cache: CacheConfig = CacheConfig()
     # Operator mode: intelligentRoutingSpec cannot change once set, so changing `routing` (or `mode`) replaces the
     # endpoint (its InferenceEndpointConfig is deleted and created again). Standalone mode: the router restarts, and
-    # kvaware is refused (no standalone router policy, kvtier/versions.py ROUTER_POLICY).
+    # kvaware is refused (no standalone router policy, kvtier/versions.py ROUTER_POLICY); poolaware is standalone with a
+    # Curvine L2 only (cache_aware with knobs from the plan, kvtier/planner/pool_routing.py).
     routing: Routing = "prefixaware"
     api: Api = "chat"
     mode: Mode = "operator"

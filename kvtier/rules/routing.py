@@ -24,6 +24,20 @@ def check_routing(site: Site, found: Findings) -> None:
             )
         )
         return
+    if e.routing == "poolaware" and (e.mode != "standalone" or e.cache.l2 != "curvine"):
+        # Pool-aware routing is the standalone router's cache_aware with knobs from the plan's L2 hit cost
+        # (kvtier/planner/pool_routing.py): the operator's router takes no such knobs, and without a shared L2
+        # there is no pool to balance onto.
+        where = "mode: operator (its router takes no thresholds)" if e.mode != "standalone" else "no shared L2"
+        found.errors.append(
+            Problem(
+                site.file,
+                site.at("routing"),
+                f"poolaware balances onto replicas that read the prefix from the shared L2, and this endpoint has {where}",
+                "use routing: prefixaware, or mode: standalone with cache.l2: curvine",
+            )
+        )
+        return
     if e.routing == "kvaware" and e.api == "chat":
         found.errors.append(
             Problem(

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from kvtier.errors import UsageError
 from kvtier.planner.model import TierModel
+from kvtier.planner.pool_routing import CacheAwareKnobs
 from kvtier.planner.ttft import ttft
 from kvtier.serving import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.simulate.cache import LRU, SharedPool
@@ -56,6 +57,8 @@ class SimConfig:
     l2_target_fraction: float = JANITOR_TARGET_FRACTION  # an over-budget sweep deletes down to this share
     prefix_min_match_tokens: int = 0  # prefixaware: shorter matches go to the least-loaded replica
     kv_aware_threshold: int = KV_AWARE_THRESHOLD  # kvaware: fall back when matched < prompt - threshold tokens
+    # Standalone mode: prefixaware/poolaware run on vllm-router's cache_aware with these knobs (routers.CacheAware)
+    cache_aware: CacheAwareKnobs | None = None
 
     def __post_init__(self) -> None:
         if self.routing not in STRATEGIES:
@@ -141,6 +144,7 @@ class Replay:
             kv_aware_threshold=config.kv_aware_threshold,
             model=model,
             slots=config.slots,
+            cache_aware=config.cache_aware,
         )
         self.events: list[tuple[float, int, int, int, int]] = []  # (done at, sequence, replica, request, known)
         self.sequence = 0

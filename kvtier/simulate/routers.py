@@ -1,4 +1,5 @@
-"""The routing strategies the simulator models: production-stack's four, and kvtier's pool-aware policy.
+"""The routing strategies the simulator models: production-stack's four, kvtier's pool-aware policy, and the
+standalone router's cache_aware (vllm-router), which `prefixaware` and `poolaware` run on in standalone mode.
 
 Load awareness is the same for the two that have it (prefixaware, kvaware): among equally good replicas, and when
 a match is too short, the one with the fewest requests waiting or running wins, then a seeded random pick.
@@ -13,11 +14,13 @@ import bisect
 import hashlib
 import math
 import random
+from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from kvtier.planner.model import TierModel
+from kvtier.planner.pool_routing import CHARS_PER_TOKEN, CacheAwareKnobs
 from kvtier.serving import KV_AWARE_THRESHOLD
 from kvtier.simulate.cache import LRU, SharedPool
 
@@ -254,6 +257,61 @@ class PoolAware:
         return replica
 
 
+class CacheAware:
+    """vllm-router's cache_aware, as the standalone router runs it (docs/references.md "Issue 25, part 2"): when the
+    loads (requests in flight) are imbalanced, `max - min > balance_abs_threshold` and `max > balance_rel_threshold x
+    min`, the least-loaded replica (the first of equals); else the replica whose approximate tree matches the longest
+    prefix if the match is more than `cache_threshold` of the request, else the least loaded. The chosen replica's
+    tree learns the prompt. The tree here holds units, not characters: its budget is `max_tree_size` characters at
+    CHARS_PER_TOKEN a token, evicted least recently used (upstream evicts on a timer; here at once)."""
+
+    def __init__(self, view: ClusterView, unit_tokens: int, knobs: CacheAwareKnobs) -> None:
+        self.view = view
+        self.knobs = knobs
+        self.capacity = max(knobs.max_tree_size // CHARS_PER_TOKEN // max(unit_tokens, 1), 1)  # units per replica
+        self.trees: dict[int, OrderedDict[int, None]] = {}
+        self.version = -1
+
+    def _least_loaded(self) -> int:
+        load = self.view.outstanding
+        return min(self.view.active, key=load.__getitem__)  # the first of equals, as upstream's min_by_key
+
+    def choose(self, ask: Ask) -> int:
+        view = self.view
+        if self.version != view.version:  # a replica that left loses its tree (upstream removes its tenant)
+            self.trees = {r: self.trees.get(r, OrderedDict()) for r in view.active}
+            self.version = view.version
+        load = view.outstanding
+        knobs = self.knobs
+        loads = [load[r] for r in view.active]
+        low, high = min(loads), max(loads)
+        units = ask.units
+        if high - low > knobs.balance_abs_threshold and high > low * knobs.balance_rel_threshold:
+            replica = self._least_loaded()
+        else:
+            best = 0
+            holders: list[int] = []
+            for r, tree in self.trees.items():
+                matched = 0
+                for unit in units:
+                    if unit not in tree:
+                        break
+                    matched += 1
+                if matched > best:
+                    best, holders = matched, [r]
+                elif matched == best and matched:
+                    holders.append(r)
+            rate = best / len(units) if units else 0.0
+            replica = view.least_loaded(holders) if rate > knobs.cache_threshold else self._least_loaded()
+        tree = self.trees[replica]
+        for unit in units:
+            tree[unit] = None
+            tree.move_to_end(unit)
+        while len(tree) > self.capacity:
+            tree.popitem(last=False)
+        return replica
+
+
 def make_router(
     strategy: str,
     view: ClusterView,
@@ -263,7 +321,11 @@ def make_router(
     kv_aware_threshold: int = KV_AWARE_THRESHOLD,
     model: TierModel | None = None,
     slots: int = 1,
+    cache_aware: CacheAwareKnobs | None = None,
 ) -> Router:
+    """`cache_aware`: the knobs the standalone router runs `prefixaware`/`poolaware` with; None models the others."""
+    if cache_aware is not None and strategy in ("prefixaware", "poolaware"):
+        return CacheAware(view, unit_tokens, cache_aware)
     if strategy == "roundrobin":
         return RoundRobin(view)
     if strategy == "session":

@@ -36,6 +36,7 @@ from kvtier.k8s.operator_endpoint import add_operator_endpoint
 from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
 from kvtier.naming import l2_lob_path, lob_namespace
+from kvtier.planner.pool_routing import endpoint_knobs
 from kvtier.serving import L2_CLAIM, l2_subdir
 from kvtier.stacks.base import KvtierStack
 
@@ -63,6 +64,7 @@ class LobStack(KvtierStack):
         super().__init__(scope, config.env, lob.name, f"kvtier {config.env.name}: line of business {lob.name}")
         Tags.of(self).add(LOB_TAG, lob.name)
         self.lob = lob
+        self.kvtier_config = config  # the whole config: the pool-aware knobs come from the plan
         self.cluster = cluster
         self.namespace = lob_namespace(lob.name)
         self._app = chart_app()
@@ -169,7 +171,8 @@ class LobStack(KvtierStack):
             add_operator_endpoint(chart, self.config_env, self.lob.name, endpoint)
         else:
             add_standalone_engine(chart, self.config_env, self.lob.name, endpoint)
-            add_router(chart, self.config_env, self.lob.name, endpoint)
+            knobs = endpoint_knobs(self.kvtier_config, self.lob.name, endpoint)
+            add_router(chart, self.config_env, self.lob.name, endpoint, knobs)
         # The policy must be active before the first pod, pods need their L2 claim, and pods reading S3 weights
         # need their Pod Identity association (credentials are given at pod start).
         manifest = self._apply(

@@ -33,8 +33,15 @@ ROUTER_MACHINE_FIT = (
 ENGINE_EXTRA_ARGS = ("--enable-scale-out",)
 STARTUP_S = 120.0
 STOP_GRACE_S = 15.0
-# KVTIER_ROUTER_BREAK=policy: kvtier renders each strategy with another strategy's policy (the checks must notice).
-BROKEN_POLICY = {"prefixaware": "round_robin", "session": "round_robin", "roundrobin": "cache_aware"}
+# KVTIER_ROUTER_BREAK=policy: kvtier renders each strategy with another strategy's policy (the checks must notice);
+# KVTIER_ROUTER_BREAK=knobs: poolaware renders cache_aware with the router's defaults instead of the plan's knobs.
+BROKEN_POLICY = {
+    "prefixaware": "round_robin",
+    "session": "round_robin",
+    "roundrobin": "cache_aware",
+    "poolaware": "round_robin",
+}
+BREAKS = ("policy", "knobs")
 
 
 def localize(args: list[str], workers: list[str], port: int, metrics_port: int) -> list[str]:
@@ -65,11 +72,11 @@ def localize(args: list[str], workers: list[str], port: int, metrics_port: int) 
 @contextmanager
 def broken(what: str | None) -> Iterator[None]:
     """kvtier renders a wrong policy while the router's flags are taken (the self-check of the routing checks)."""
-    if what is None:
+    if what not in (None, *BREAKS):
+        raise ValueError(f"KVTIER_ROUTER_BREAK={what!r}: use one of {', '.join(BREAKS)}")
+    if what != "policy":  # knobs: routing_scenario.rendered_router_args replaces them
         yield
         return
-    if what != "policy":
-        raise ValueError(f"KVTIER_ROUTER_BREAK={what!r}: use policy")
     saved = router_chart.ROUTER_POLICY
     router_chart.ROUTER_POLICY = BROKEN_POLICY
     try:

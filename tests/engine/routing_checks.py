@@ -5,6 +5,10 @@
 - `session`: every session's requests reach one engine, and the sessions use both;
 - `prefixaware`: every round of a prefix reaches the engine of its first round, and each later request (prefix and
   chat) finds at least its shared tokens' whole blocks cached;
+- `poolaware` (cache_aware with the plan's knobs): the concurrent chat's first turns, which share only the system
+  prompt, spread over both engines (a match below the derived cache threshold goes to the least loaded), and every
+  later turn finds its blocks in its engine's own cache; with the router's defaults (KVTIER_ROUTER_BREAK=knobs) the
+  shared system prompt pulls every user onto one engine;
 - every strategy: `kvtier bench --router-metrics-url` names the engine that served each request (one at a time);
   in round robin they alternate, in session routing each user keeps one;
 - every strategy, with the shared L2: each later request finds at least its shared tokens' whole LMCache chunks
@@ -61,6 +65,18 @@ def prefix_stays(observed: RoutingObserved) -> None:
     assert not moved, f"prefixaware ({run.policy}): prefixes moved between engines: {moved}"
 
 
+def pool_spreads(observed: RoutingObserved) -> None:
+    """Pool-aware routing spreads what only a short shared prefix ties together: each engine serves at least a
+    quarter of the concurrent chat (the router's defaults put all of it on one engine)."""
+    run = _run(observed, "poolaware")
+    total = sum(run.chat_per_engine.values())
+    fewest = min(run.chat_per_engine.values())
+    assert total and fewest >= total / 4, (
+        f"poolaware ({' '.join(run.args[run.args.index('--policy') :][:10])}): the concurrent chat went "
+        f"{run.chat_per_engine}; each engine should serve at least a quarter"
+    )
+
+
 def whole_units(tokens: int, unit: int) -> int:
     return tokens // unit * unit
 
@@ -77,7 +93,7 @@ def short_hits(sent: list[Sent], unit: int) -> list[dict[str, Any]]:
 def local_hits(observed: RoutingObserved, strategy: str) -> None:
     """The strategy keeps each key on the engine that holds it: whole vLLM blocks of the shared tokens hit."""
     run = _run(observed, strategy)
-    workloads = {"prefixaware": [*run.prefix, *run.chat], "session": run.chat}[strategy]
+    workloads = {"prefixaware": [*run.prefix, *run.chat], "session": run.chat, "poolaware": run.chat}[strategy]
     short = short_hits(workloads, observed.block_tokens)
     assert not short, f"{strategy} ({run.policy}): requests missed blocks their engine held: {short}"
 

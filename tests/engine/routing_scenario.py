@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +31,7 @@ from kvtier import serving
 from kvtier.bench.stats import percentile
 from kvtier.bench.testserver import free_port
 from kvtier.k8s.router import router_args
+from kvtier.planner.pool_routing import endpoint_knobs
 from kvtier.rules import load_checked
 from kvtier.versions import ROUTER_POLICY
 from tests.engine import render
@@ -52,6 +53,8 @@ SUCCESS = "vllm:request_success_total"
 L0_HITS = "vllm:prefix_cache_hits_total"
 EXTERNAL_HITS = "vllm:external_prefix_cache_hits_total"
 PROMPT_TOKENS = "vllm:prompt_tokens_total"
+# vllm-router 0.1.17's cache_aware defaults (its router_args.py): KVTIER_ROUTER_BREAK=knobs renders poolaware with them.
+UPSTREAM_KNOBS: dict[str, Any] = {"cache_threshold": 0.3, "balance_abs_threshold": 64, "balance_rel_threshold": 1.5}
 
 
 @dataclass
@@ -220,8 +223,11 @@ def run_bench(router: Router, out: Path) -> list[dict[str, Any]]:
 def rendered_router_args(strategy: str, break_what: str | None) -> list[str]:
     config = load_checked(REPO / "config", ENV_NAME)
     endpoint = render.endpoint_of(config, LOB, ENDPOINT).model_copy(update={"routing": strategy})
+    knobs = endpoint_knobs(config, LOB, endpoint)  # what the LOB stack renders (poolaware only)
+    if knobs is not None and break_what == "knobs":
+        knobs = replace(knobs, **UPSTREAM_KNOBS)
     with broken(break_what):
-        return router_args(LOB, endpoint)
+        return router_args(LOB, endpoint, knobs)
 
 
 def routing_scenario(

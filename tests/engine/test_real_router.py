@@ -3,7 +3,8 @@ LMCache engines with kvtier's settings and a shared L2 folder, once per routing 
 
 Collected only by `make test-engine` (marker `engine`; KVTIER_ENGINE_PYTHON names the engine venv's python). The
 router is installed from PyPI into a cached folder on first use (router_install.py). KVTIER_ROUTER_BREAK=policy
-renders each strategy with another one's policy: the checks must fail (docs/development.md). KVTIER_ROUTER_REPORT
+renders each strategy with another one's policy, KVTIER_ROUTER_BREAK=knobs renders poolaware with cache_aware's
+defaults instead of the plan's knobs: the checks must fail (docs/development.md). KVTIER_ROUTER_REPORT
 writes what was observed as JSON.
 """
 
@@ -55,7 +56,11 @@ def test_prefixaware_keeps_a_prefix_on_one_engine(observed: RoutingObserved) -> 
     routing_checks.prefix_stays(observed)
 
 
-@pytest.mark.parametrize("strategy", ["prefixaware", "session"])
+def test_poolaware_spreads_users_that_share_only_a_system_prompt(observed: RoutingObserved) -> None:
+    routing_checks.pool_spreads(observed)
+
+
+@pytest.mark.parametrize("strategy", ["prefixaware", "session", "poolaware"])
 def test_sticky_strategies_hit_the_engines_own_cache(observed: RoutingObserved, strategy: str) -> None:
     routing_checks.local_hits(observed, strategy)
 

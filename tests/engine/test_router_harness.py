@@ -44,7 +44,7 @@ def test_a_broken_policy_reaches_the_router(strategy: str) -> None:
 
 
 def test_unknown_break_is_one_line() -> None:
-    with pytest.raises(ValueError, match="use policy"):
+    with pytest.raises(ValueError, match="use one of policy, knobs"):
         rendered_router_args("session", "flag")
 
 
@@ -74,11 +74,19 @@ def _good() -> RoutingObserved:
             [],
             prefix=[_sent(f"p{i}", r, "A", 576 if r else 0, 600 if r else 0) for r in range(4) for i in range(3)],
         ),
+        "poolaware": StrategyRun(
+            "poolaware",
+            "cache_aware",
+            rendered_router_args("poolaware", None),
+            chat=[Sent(f"u{i}", r, 700, 640 if r else 0, 1.0, 640 if r else 0) for r in range(4) for i in range(6)],
+            chat_per_engine={"A": 12, "B": 12},
+        ),
     }
     urls = {"A": "http://127.0.0.1:1001", "B": "http://127.0.0.1:1002"}
     runs["roundrobin"].bench = [{"replica": urls["AB"[i % 2]], "tags": {"user": i % 3}} for i in range(6)]
     runs["session"].bench = [{"replica": urls["AB"[i % 3 == 2]], "tags": {"user": i % 3}} for i in range(6)]
     runs["prefixaware"].bench = [{"replica": urls["B"], "tags": {"user": i % 3}} for i in range(6)]
+    runs["poolaware"].bench = [{"replica": urls["AB"[i % 3 == 2]], "tags": {"user": i % 3}} for i in range(6)]
     for run in runs.values():
         run.probes = {"/readiness": 200, "/liveness": 200}
         run.chat_tiers = {"l0": 100.0 if run.strategy != "roundrobin" else 90.0, "external": 0.0, "prompt": 200.0}
@@ -96,6 +104,27 @@ def test_checks_accept_what_a_working_router_shows() -> None:
     routing_checks.prefix_stays(observed)
     routing_checks.local_hits(observed, "prefixaware")
     routing_checks.prefix_keeps_l0(observed)
+    routing_checks.local_hits(observed, "poolaware")
+    routing_checks.pool_spreads(observed)
+
+
+def test_poolaware_renders_the_plans_knobs_and_a_break_renders_the_routers_defaults() -> None:
+    rendered = _flags(rendered_router_args("poolaware", None))
+    knobs = {k: rendered[k] for k in ("--cache-threshold", "--balance-abs-threshold", "--balance-rel-threshold")}
+    assert knobs != {"--cache-threshold": "0.3", "--balance-abs-threshold": "64", "--balance-rel-threshold": "1.5"}
+    broken = _flags(rendered_router_args("poolaware", "knobs"))
+    assert broken["--cache-threshold"] == "0.3" and broken["--balance-abs-threshold"] == "64"
+    assert broken["--balance-rel-threshold"] == "1.5" and broken["--policy"] == "cache_aware"
+    for strategy in ("prefixaware", "session", "roundrobin"):  # only poolaware has knobs to break
+        assert rendered_router_args(strategy, "knobs") == rendered_router_args(strategy, None)
+
+
+def test_checks_fail_when_poolaware_keeps_everyone_on_one_engine() -> None:
+    """What the router's defaults show on the chat: the shared system prompt pulls all 24 turns onto one engine."""
+    observed = _good()
+    observed.runs["poolaware"].chat_per_engine = {"A": 0, "B": 24}
+    with pytest.raises(AssertionError, match="at least a quarter"):
+        routing_checks.pool_spreads(observed)
 
 
 def test_checks_fail_on_what_a_wrong_policy_shows() -> None:

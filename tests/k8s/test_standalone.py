@@ -197,3 +197,31 @@ def test_router_opens_a_removed_replicas_circuit_within_one_requests_attempts(pr
         value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
         assert int(value["--cb-failure-threshold"]) == CB_FAILURE_THRESHOLD < int(value["--retry-max-retries"])
         assert int(value["--retry-max-retries"]) == RETRY_ATTEMPTS
+
+
+def test_poolaware_router_runs_cache_aware_with_the_plans_knobs_and_says_why(prod: Config) -> None:
+    from kvtier.k8s.router import KNOBS_ANNOTATION
+    from kvtier.planner.pool_routing import endpoint_knobs
+
+    endpoint = _support(prod, routing="poolaware")
+    knobs = endpoint_knobs(prod, "support", endpoint)
+    assert knobs is not None
+    objects = router_objects(prod.env, "support", endpoint, knobs)
+    deployment = _kind(objects, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    value = {flag: args[i + 1] for i, flag in enumerate(args[:-1]) if flag.startswith("--")}
+    assert value["--policy"] == "cache_aware"
+    assert float(value["--cache-threshold"]) == knobs.cache_threshold
+    assert int(value["--balance-abs-threshold"]) == knobs.balance_abs_threshold
+    assert float(value["--balance-rel-threshold"]) == knobs.balance_rel_threshold
+    assert int(value["--max-tree-size"]) == knobs.max_tree_size
+    why = deployment["metadata"]["annotations"][KNOBS_ANNOTATION].splitlines()
+    assert [line.split(" ")[0] for line in why] == list(knobs.why)
+    for obj in objects:
+        validate_k8s(obj)
+    # Only poolaware renders knobs; it never renders without them (the router's defaults ignore the pool).
+    plain = _kind(router_objects(prod.env, "support", _support(prod), knobs), "Deployment")
+    assert "--cache-threshold" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "annotations" not in plain["metadata"]
+    with pytest.raises(ValueError, match="needs the knobs derived from its plan"):
+        router_objects(prod.env, "support", endpoint)

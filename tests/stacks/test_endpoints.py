@@ -259,3 +259,33 @@ def test_every_lob_manifest_passes_its_schema(env: str, request: pytest.FixtureR
                 else:
                     validate_k8s(obj)
     assert {"InferenceEndpointConfig", "Policy", "PersistentVolumeClaim", "Deployment"} <= seen
+
+
+def test_a_poolaware_endpoint_gets_its_plans_knobs_from_the_lob_stack(tmp_path: Path) -> None:
+    """The LOB stack derives the knobs from the whole config's plan and renders them with their reasons."""
+    import shutil
+
+    from kvtier.k8s.router import KNOBS_ANNOTATION
+    from kvtier.planner.pool_routing import endpoint_knobs
+    from kvtier.rules import load_checked
+    from tests.support import CONFIG_DIR, synthesize
+
+    config_dir = tmp_path / "config"
+    shutil.copytree(CONFIG_DIR, config_dir)
+    lob_file = config_dir / "lobs" / "support.yaml"
+    text = lob_file.read_text(encoding="utf-8")
+    assert "routing: session" in text
+    lob_file.write_text(text.replace("routing: session", "routing: poolaware"), encoding="utf-8")
+    config = load_checked(config_dir, "prod")
+    endpoint = config.lob("support").endpoints[0]
+    knobs = endpoint_knobs(config, "support", endpoint)
+    assert knobs is not None
+    synth = synthesize("prod", tmp_path / "out", config_dir)
+    objects = _lob_objects(synth, "support")[f"endpoint-{endpoint.name}"]
+    router = next(
+        o for o in objects if o["kind"] == "Deployment" and KNOBS_ANNOTATION in o["metadata"].get("annotations", {})
+    )
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    at = args.index("--cache-threshold")
+    assert args[at : at + 8] == knobs.args()
+    assert router["metadata"]["annotations"][KNOBS_ANNOTATION].splitlines()[0].startswith("--cache-threshold ")
