@@ -151,6 +151,13 @@ def _vllm_identity_facts(endpoint: Endpoint, weights: str | None) -> dict[str, A
     return {key: value for key, value in facts.items() if value is not None}
 
 
+def l2_file_tokens(endpoint: Endpoint) -> int:
+    """Tokens per L2 file, the granularity of an L2 hit: LMCache's `chunk_size`, or, on vLLM's connector, one vLLM
+    block (its fs tier stores one file per full `--block-size` block, vllm/v1/kv_offload/file_mapper.py). Either
+    stores whole units only, so the reader of a prompt recomputes the last partial one."""
+    return endpoint.block_size if endpoint.cache.connector == "vllm" else endpoint.cache.chunk_size
+
+
 def l2_identity(endpoint: Endpoint) -> str:
     """A short digest of `l2_identity_facts`: a changed identity starts cold in a new directory."""
     facts = json.dumps(l2_identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
