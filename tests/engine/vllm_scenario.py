@@ -201,26 +201,29 @@ def localize(rendered: render.Rendered, *, l2_root: Path, private_root: Path, mo
     return render.Launch(launch.name, tuple(args), launch.env, launch.files, l2_dir)
 
 
+def _settled(l2_root: Path, before: set[str], at_least: int) -> set[str]:
+    """The files written since `before`, once at least `at_least` blocks are there and two listings half a second
+    apart agree (the fs tier stores after the forward pass, through temporary files), within STORE_TIMEOUT_S."""
+    deadline, last = time.monotonic() + STORE_TIMEOUT_S, None
+    while True:
+        new = l2_files(l2_root) - before
+        blocks = sum(n.endswith(".bin") for n in new)
+        if (blocks >= at_least and new == last) or time.monotonic() > deadline:
+            return new
+        last = new
+        time.sleep(0.5)
+
+
 def _sizes(root: Path, names: list[str]) -> list[int]:
-    return [(root / name).stat().st_size for name in names]
+    return [(root / name).stat().st_size for name in names if (root / name).exists()]
 
 
 def ask(engine: Engine, prompt: list[int], l2_root: Path, *, expect_files: int) -> Reading:
-    """One request; with `expect_files`, wait (bounded) until the engine's fs tier has written that many files and
-    no more arrive (its store runs after the forward pass)."""
+    """One request, then what it wrote once the directory has settled with at least `expect_files` blocks."""
     before_files = l2_files(l2_root)
     before_hits = engine.metric(EXTERNAL_HITS)
     body = engine.complete(prompt)
-    new: set[str] = set()
-    if expect_files:
-        deadline, last = time.monotonic() + STORE_TIMEOUT_S, -1
-        while time.monotonic() < deadline:
-            new = {n for n in l2_files(l2_root) - before_files if n.endswith(".bin")}
-            if len(new) >= expect_files and len(new) == last:
-                break
-            last = len(new)
-            time.sleep(0.5)
-    new = l2_files(l2_root) - before_files
+    new = _settled(l2_root, before_files, expect_files)
     usage = body.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
     names = sorted(new)
@@ -253,9 +256,12 @@ def janitor_pass(config: Config, l2_root: Path, observed: Observed) -> None:
     orphans = observed.readings["C"].new_files
     for name in orphans:
         os.utime(l2_root / name, (old, old))
-    a_file = l2_root / observed.readings["A"].new_files[-1]
-    stale = a_file.parent / f"{'0' * 64}.bin_{7 * 10**17}.tmp"
-    young = a_file.parent / f"{'1' * 64}.bin_{8 * 10**17}.tmp"
+    written = [n for n in observed.readings["A"].new_files if n.endswith(".bin")]
+    # Beside A's blocks; a wrongly rendered run may have written none there (KVTIER_ENGINE_BREAK=root-dir).
+    folder = (l2_root / written[-1]).parent if written else l2_root / observed.identity_dirs["A"]
+    folder.mkdir(parents=True, exist_ok=True)
+    stale = folder / f"{'0' * 64}.bin_{7 * 10**17}.tmp"
+    young = folder / f"{'1' * 64}.bin_{8 * 10**17}.tmp"
     for tmp in (stale, young):
         tmp.write_bytes(b"x" * 1000)
     os.utime(stale, (now - 2 * 3600, now - 2 * 3600))
