@@ -133,3 +133,14 @@ def test_valid_autoscaling_loads(config_copy: Path) -> None:
     )
     endpoint = load_checked(config_copy, "prod").lob("retail").endpoints[0]
     assert endpoint.autoscaling is not None and endpoint.max_replicas == 2
+
+
+def test_chunk_alignment_is_lmcaches_alone(config_copy: Path) -> None:
+    """A chunk size that does not line up with vLLM's blocks is refused for LMCache and ignored on vLLM's own
+    connector, which stores whole blocks (issue 24)."""
+    _edit(config_copy, "support", lambda e: e["cache"].update(chunk_size=100))
+    with pytest.raises(ConfigError) as caught:
+        load_checked(config_copy, "prod")
+    assert any(p.field.endswith("cache.chunk_size") for p in caught.value.problems), caught.value
+    _edit(config_copy, "support", lambda e: e["cache"].update(connector="vllm"))
+    assert load_checked(config_copy, "prod").lob("support").endpoints[0].cache.connector == "vllm"
