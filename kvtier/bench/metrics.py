@@ -139,6 +139,13 @@ L2_IO = {
     "write_requests": "lmcache:num_remote_write_requests_total",
     "write_bytes": "lmcache:num_remote_write_bytes_total",
 }
+# vLLM's own connector (`cache.connector: vllm`): its `fs` tier's reads (promotions) and writes (cascades), label
+# `tier` = "1:fs" (vLLM 0.32.0 vllm/v1/kv_offload/tiering/metrics.py, docs/references.md "Issue 24").
+VLLM_FS_IO = {
+    "read_bytes": "vllm:kv_offload_tiering_read_bytes_total",
+    "write_bytes": "vllm:kv_offload_tiering_write_bytes_total",
+}
+VLLM_FS_TIER = {"tier": "1:fs"}
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source (0.19)
 
 
@@ -215,6 +222,10 @@ def cache_report(before: Scrape, after: Scrape) -> dict[str, Any]:
         value = _delta(before.samples, after.samples, name, notes)
         if value is not None:
             report["l2_io"][key] = value
+    for key, name in VLLM_FS_IO.items():  # an endpoint runs one connector: LMCache's or vLLM's
+        value = _delta(before.samples, after.samples, name, notes, **VLLM_FS_TIER)
+        if value is not None and key not in report["l2_io"]:
+            report["l2_io"][key] = value
     sources = {
         s: _delta(before.samples, after.samples, "vllm:prompt_tokens_by_source_total", notes, source=s)
         for s in PROMPT_SOURCES
@@ -223,7 +234,7 @@ def cache_report(before: Scrape, after: Scrape) -> dict[str, Any]:
         report["prompt_tokens_by_source"] = sources
     # The production-stack router's own /metrics also uses `vllm:` names (vllm:current_qps...): look for an engine counter.
     has_vllm = "l0_gpu_prefix_cache" in report["tiers"]
-    has_lmcache = any(s.name.startswith("lmcache:") for s in after.samples)
+    has_lmcache = any(s.name.startswith(("lmcache:", "vllm:kv_offload_")) for s in after.samples)
     if not has_vllm:
         notes.append(
             f"no vLLM counters at {before.url}/metrics (a router?): pass each pod's URL with --metrics-url "

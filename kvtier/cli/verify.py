@@ -92,7 +92,10 @@ def run_probe(config: Config, access: PodAccess, *, as_json: bool, timing: Probe
 
     from kvtier.ops.probe import ProbeTiming, probe_all
 
-    report = asyncio.run(probe_all(config.env.name, probe_targets(config), access, timing=timing or ProbeTiming()))
+    connectors = {(lob.name, e.name): e.cache.connector for lob in config.lobs for e in lob.endpoints}
+    report = asyncio.run(
+        probe_all(config.env.name, probe_targets(config), access, timing=timing or ProbeTiming(), connectors=connectors)
+    )
     return emit_probe(report, as_json=as_json)
 
 

@@ -11,7 +11,7 @@ from kvtier.catalog import INSTANCE_TYPES
 from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
-from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
+from kvtier.versions import NATIVE_VLLM_IMAGE, OPERATOR_VLLM_IMAGE, OPERATOR_VLLM_VERSION, STANDALONE_VLLM_IMAGE
 
 ENDPOINT_NAME_MAX = 28
 MIN_MODEL_LEN = 256  # the shortest max_model_len kvtier accepts
@@ -23,6 +23,9 @@ Dtype = Literal["auto", "bfloat16", "float16"]
 # mode only) needs `completions`: it tokenizes only the `prompt` field (docs/references.md, kvtier/rules/routing.py).
 Api = Literal["chat", "completions"]
 L2Backend = Literal["curvine", "tieredstorage", "none"]
+# Who moves KV between the tiers: LMCache's vLLM connector (L1 LMCache CPU, L2 its `fs://` files), or vLLM's own
+# OffloadingConnector + TieringOffloadingSpec (L1 vLLM's CPU tier, L2 its `fs` secondary tier): docs/l2.md.
+Connector = Literal["lmcache", "vllm"]
 # A Hugging Face repo id as the Hub accepts it (huggingface_hub `validate_repo_id`, docs/references.md): ASCII letters,
 # digits, '-', '_' and '.', each part at most 96 characters, starting and ending with a letter, digit or '_', no '--'
 # or '..', not ending in '.git'. kvtier also requires the organisation (`<organisation>/<model>`).
@@ -137,6 +140,7 @@ class CacheConfig(StrictModel):
     l1_gb: Annotated[float, Field(ge=0, le=2048)] = 20.0  # LMCache pinned host DRAM per replica; 0 turns L1 off
     l2: L2Backend = "curvine"
     chunk_size: Annotated[int, Field(ge=16, le=4096)] = 256  # tokens per LMCache chunk (one file on L2)
+    connector: Connector = "lmcache"  # `vllm`: standalone mode only (kvtier/rules/l2.py says why)
 
 
 class PrometheusTrigger(StrictModel):
@@ -265,8 +269,30 @@ class Endpoint(StrictModel):
 
     @property
     def container_image(self) -> str:
-        """The vLLM image: `image` if set, else the mode's default."""
-        return self.image or DEFAULT_IMAGES[self.mode]
+        """The vLLM image: `image` if set, else the mode's default (vLLM's own image for `cache.connector: vllm`)."""
+        if self.image:
+            return self.image
+        return NATIVE_VLLM_IMAGE if self.cache.connector == "vllm" else DEFAULT_IMAGES[self.mode]
+
+    def _check_connector(self) -> None:
+        """vLLM's own connector needs a vLLM with the OffloadingConnector's `fs` tier (newer than the operator image's)
+        and its CPU tier (every L2 block passes through it)."""
+        if self.cache.connector != "vllm":
+            return
+        if self.mode != "standalone":
+            raise FieldError(
+                "cache.connector",
+                f"vLLM's connector cannot run in operator mode: the operator image {OPERATOR_VLLM_IMAGE} ships vLLM "
+                f"{OPERATOR_VLLM_VERSION}, which has no `fs` tier for its OffloadingConnector (vLLM 0.22 and later), "
+                "and the Inference Operator wires LMCache's connector itself",
+                "use connector: lmcache in operator mode, or mode: standalone",
+            )
+        if self.cache.l1_gb == 0:
+            raise FieldError(
+                "cache.l1_gb",
+                "vLLM's connector passes every block through its CPU tier (`cpu_bytes_to_use` is required)",
+                "set l1_gb above 0 (its host memory per replica, like 20), or use connector: lmcache",
+            )
 
     @model_validator(mode="after")
     def _checks(self) -> Endpoint:
@@ -287,6 +313,7 @@ class Endpoint(StrictModel):
                 "the HyperPod tiered storage L2 is wired by the Inference Operator only",
                 "use l2: curvine or none in standalone mode, or mode: operator",
             )
+        self._check_connector()
         if self.autoscaling is not None:  # where KEDA comes from is a cross-file rule (kvtier/rules/autoscaling.py)
             low, high = self.autoscaling.min_replicas, self.autoscaling.max_replicas
             if not low <= self.replicas <= high:

@@ -3,13 +3,16 @@ ConfigMap; weights from Hugging Face, or streamed from S3 by vLLM's Run:ai loade
 account (EKS Pod Identity, kvtier/constructs/model_access.py).
 
 Tiers: L0 is vLLM's prefix cache (on by default), L1 LMCache's pinned host memory, L2 LMCache's `fs://` connector on
-the LOB's `l2-cache` volume (Curvine). The router (router.py) spreads requests over the pods.
+the LOB's `l2-cache` volume (Curvine). With `cache.connector: vllm`, L1 and L2 are vLLM's own OffloadingConnector
+instead: its CPU tier in `/dev/shm` and its `fs` tier on the same volume (no LMCache ConfigMap). The router
+(router.py) spreads requests over the pods.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 from typing import Any
 
 import yaml
@@ -41,9 +44,11 @@ from kvtier.serving import (
     L2_MOUNT_PATH,
     L2_VOLUME,
     PROMETHEUS_DIR,
+    VLLM_HASH_ALGO,
     hash_seed_env,
     l2_subdir,
     lmcache_config,
+    vllm_offload_config,
 )
 from kvtier.sizing import worker_size
 
@@ -68,6 +73,19 @@ STARTUP_FAILURES = 180
 def endpoint_lmcache_config(endpoint: Endpoint) -> dict[str, Any]:
     # No LMCache controller: the standalone router does not run kvaware (rules/routing.py).
     return lmcache_config(endpoint.cache, l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
+
+
+def endpoint_vllm_offload(endpoint: Endpoint) -> dict[str, Any]:
+    """vLLM's own `--kv-transfer-config` (`cache.connector: vllm`; validation requires L1 for it), else empty."""
+    if endpoint.cache.connector != "vllm":
+        return {}
+    return vllm_offload_config(endpoint.cache, l2_subdir(endpoint))
+
+
+def shm_gib(endpoint: Endpoint) -> int:
+    """/dev/shm: NCCL's share, plus vLLM's CPU tier, which is one file there of `l1_gb` (`cpu_bytes_to_use`,
+    vllm/v1/kv_offload/cpu/shared_offload_region.py; vLLM refuses to start when it does not fit)."""
+    return SHM_GIB + (math.ceil(endpoint.cache.l1_gb) if endpoint_vllm_offload(endpoint) else 0)
 
 
 def config_map_name(endpoint: str) -> str:
@@ -134,7 +152,7 @@ def _engine_env(endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dic
 def _volumes(endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(pod volumes, engine mounts)."""
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB}Gi"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(endpoint)}Gi"}},
     ]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if endpoint_lmcache_config(endpoint):
@@ -158,6 +176,10 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
     args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT)]
     if config:
         args += ["--kv-transfer-config", json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))]
+    if offload := endpoint_vllm_offload(endpoint):
+        config = offload  # what the pod template's digest covers
+        args += ["--prefix-caching-hash-algo", VLLM_HASH_ALGO]
+        args += ["--kv-transfer-config", json.dumps(offload, separators=(",", ":"), sort_keys=True)]
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT}]
     container = {
         "name": CONTAINER,

@@ -3,7 +3,9 @@
 For each such endpoint: two ready pods on different nodes (A, B); one salted prompt of about PROMPT_WORDS words
 (at least as many tokens) to A; wait until A's LMCache reports L2 writes (its store is asynchronous); the same prompt
 to B; then B's counters say whether the prefix came from L2 (`lmcache:num_remote_read_bytes_total`,
-`vllm:external_prefix_cache_hits_total`). LMCache publishes its counters from a thread every 10 s (LMCache 0.4.3,
+`vllm:external_prefix_cache_hits_total`). An endpoint on vLLM's own connector (`cache.connector: vllm`) is judged by
+vLLM's counters alone: its `fs` tier's write and read bytes (`vllm:kv_offload_tiering_*{tier="1:fs"}`) and the
+external prefix-cache queries and hits (`Signals`). LMCache publishes its counters from a thread every 10 s (LMCache 0.4.3,
 docs/references.md), so both waits poll until the counters have caught up, within bounds. Read-only apart from the
 two requests; bounded time per endpoint. The pods are reached through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP
 side is `kvtier bench`'s client.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -43,6 +45,35 @@ LMCACHE_REQUESTED = m.LMCACHE_REQUESTED_TOKENS
 LOOKUP_TOKENS = m.LMCACHE_LOOKUP_TOKENS
 LOOKUP_HITS = m.LMCACHE_LOOKUP_HITS
 EXTERNAL_HITS = m.VLLM_EXTERNAL_PREFIX_CACHE_HITS
+
+
+@dataclass(frozen=True)
+class Signals:
+    """The counters one connector exposes: L2 write and read bytes (with label matches), lookups and their hits."""
+
+    connector: str
+    write_bytes: str
+    read_bytes: str
+    lookup_tokens: str
+    lookup_hits: str
+    match: tuple[tuple[str, str], ...] = ()  # labels of the L2 byte counters
+
+    def delta(self, before: list[Sample], after: list[Sample], name: str) -> float | None:
+        match = dict(self.match) if name in (self.write_bytes, self.read_bytes) else {}
+        a, b = total(before, name, **match), total(after, name, **match)
+        return None if a is None or b is None else b - a
+
+
+LMCACHE_SIGNALS = Signals("lmcache", WRITE_BYTES, READ_BYTES, LOOKUP_TOKENS, LOOKUP_HITS)
+VLLM_SIGNALS = Signals(
+    "vllm",
+    m.VLLM_OFFLOAD_TIER_WRITE_BYTES,
+    m.VLLM_OFFLOAD_TIER_READ_BYTES,
+    m.VLLM_EXTERNAL_PREFIX_CACHE_QUERIES,
+    EXTERNAL_HITS,
+    ((m.VLLM_OFFLOAD_TIER_LABEL, m.VLLM_OFFLOAD_FS_TIER),),
+)
+SIGNALS = {s.connector: s for s in (LMCACHE_SIGNALS, VLLM_SIGNALS)}
 
 
 @dataclass(frozen=True)
@@ -143,12 +174,14 @@ async def _complete(client: aiohttp.ClientSession, url: str, model: str, prompt:
         raise RuntimeError(f"the request to {url} failed: {record.error}")
 
 
-async def _wait_for_store(client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float) -> float:
+async def _wait_for_store(
+    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, signals: Signals = LMCACHE_SIGNALS
+) -> float:
     """A's L2 write bytes since `before`, once they stop growing (or when `wait_s` runs out)."""
     deadline = time.monotonic() + wait_s
     written = 0.0
     while time.monotonic() < deadline:
-        now = _delta(before, await _counters(client, url), WRITE_BYTES) or 0.0
+        now = signals.delta(before, await _counters(client, url), signals.write_bytes) or 0.0
         if now > 0 and now == written:
             return now  # two polls without growth: the store has finished
         written = now
@@ -157,7 +190,7 @@ async def _wait_for_store(client: aiohttp.ClientSession, url: str, before: list[
 
 
 async def _wait_for_lookup(
-    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float
+    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, signals: Signals = LMCACHE_SIGNALS
 ) -> list[Sample]:
     """B's counters once LMCache has published the request: as soon as they show L2 reads (a hit) or a lookup that
     found nothing (a miss); else (a worker process that publishes its reads later than the scheduler its lookup)
@@ -165,15 +198,35 @@ async def _wait_for_lookup(
     deadline = time.monotonic() + wait_s
     while True:
         now = await _counters(client, url)
-        looked_up = _delta(before, now, LOOKUP_TOKENS) or 0
+        looked_up = signals.delta(before, now, signals.lookup_tokens) or 0
         if (
-            total(now, LOOKUP_TOKENS) is None
-            or (_delta(before, now, READ_BYTES) or 0) > 0
-            or (looked_up > 0 and not _delta(before, now, LOOKUP_HITS))
+            total(now, signals.lookup_tokens) is None
+            or (signals.delta(before, now, signals.read_bytes) or 0) > 0
+            or (looked_up > 0 and not signals.delta(before, now, signals.lookup_hits))
             or time.monotonic() >= deadline
         ):
             return now
         await asyncio.sleep(POLL_S)
+
+
+def _vllm_miss_cause(a_written: float, b_looked_up: float | None, tier_seen: bool) -> str:
+    if not tier_seen:
+        return (
+            "no vllm:kv_offload_tiering_* series of the fs tier on the pods: vLLM's OffloadingConnector runs without "
+            "the fs tier; check the --kv-transfer-config (run `kvtier verify`)"
+        )
+    if a_written <= 0:
+        return (
+            "pod A wrote nothing to its fs tier: the L2 mount is absent or read-only, or the prompt is shorter than one "
+            "vLLM block (the fs tier stores full blocks only); run `kvtier verify`"
+        )
+    if not b_looked_up:
+        return "pod B did not ask its OffloadingConnector for the prompt: its kv-transfer config is off"
+    return (
+        "pod B asked but read nothing from its fs tier although A wrote: the pods hash differently (PYTHONHASHSEED, "
+        "--prefix-caching-hash-algo, --block-size, --model) or use different fs directories (root_dir, identity); "
+        "run `kvtier verify`"
+    )
 
 
 def _miss_cause(a_written: float, b_looked_up: float | None, lmcache_seen: bool) -> str:
@@ -196,9 +249,16 @@ def _miss_cause(a_written: float, b_looked_up: float | None, lmcache_seen: bool)
 
 
 async def probe_pair(
-    lob: str, endpoint: str, url_a: str, url_b: str, *, salt: str | None = None, timing: ProbeTiming = ProbeTiming()
+    lob: str,
+    endpoint: str,
+    url_a: str,
+    url_b: str,
+    *,
+    salt: str | None = None,
+    timing: ProbeTiming = ProbeTiming(),
+    signals: Signals = LMCACHE_SIGNALS,
 ) -> ProbeResult:
-    """The probe between two reachable pods (base URLs)."""
+    """The probe between two reachable pods (base URLs), judged by the counters of the endpoint's connector."""
     start = time.monotonic()
     result = ProbeResult(lob, endpoint, "miss", "")
     async with new_client(REQUEST_TIMEOUT_S) as client:
@@ -211,9 +271,11 @@ async def probe_pair(
         prompt = probe_prompt(salt or new_salt())
         before_a, before_b = await _counters(client, url_a), await _counters(client, url_b)
         await _complete(client, url_a, listed.models[0], prompt, "probe-a")
-        written = await _wait_for_store(client, url_a, before_a, timing.store_wait_s)
+        written = await _wait_for_store(client, url_a, before_a, timing.store_wait_s, signals)
         await _complete(client, url_b, listed.models[0], prompt, "probe-b")
-        after_b = await _wait_for_lookup(client, url_b, before_b, timing.settle_s)
+        after_b = await _wait_for_lookup(client, url_b, before_b, timing.settle_s, signals)
+    if signals.connector == "vllm":
+        return _judge_vllm(result, before_b, after_b, written, signals, start)
     read = _delta(before_b, after_b, READ_BYTES)
     external = _delta(before_b, after_b, EXTERNAL_HITS)
     lmcache_hits = _delta(before_b, after_b, LMCACHE_HITS)
@@ -239,8 +301,41 @@ async def probe_pair(
     return result
 
 
+def _judge_vllm(
+    result: ProbeResult, before_b: list[Sample], after_b: list[Sample], written: float, signals: Signals, start: float
+) -> ProbeResult:
+    """A hit: B read from its fs tier and vLLM counted the tokens as external prefix-cache hits."""
+    read = signals.delta(before_b, after_b, signals.read_bytes)
+    hits = signals.delta(before_b, after_b, signals.lookup_hits)
+    looked_up = signals.delta(before_b, after_b, signals.lookup_tokens)
+    result.counters = {
+        f"{signals.read_bytes}{{{','.join(f'{k}={v!r}' for k, v in signals.match)}}}": read,
+        signals.lookup_tokens: looked_up,
+        signals.lookup_hits: hits,
+    }
+    result.a_write_bytes = int(written)
+    result.l2_read_bytes = int(read or 0)
+    result.hit_tokens = int(hits or 0)
+    result.seconds = round(time.monotonic() - start, 3)
+    if result.l2_read_bytes > 0 and result.hit_tokens > 0:
+        result.outcome = "hit"
+        result.message = (
+            f"pod B took {result.hit_tokens} prompt tokens from vLLM's fs tier ({result.l2_read_bytes} bytes read)"
+        )
+    else:
+        # A counter with labels appears once it is first counted: every fs-tier lookup counts a query, a read only a hit.
+        seen = total(after_b, m.VLLM_OFFLOAD_TIER_CHUNK_QUERIES, **dict(signals.match)) is not None
+        result.message = _vllm_miss_cause(written, looked_up, seen)
+    return result
+
+
 async def probe_endpoint(
-    access: PodAccess, lob: str, endpoint: str, *, timing: ProbeTiming = ProbeTiming()
+    access: PodAccess,
+    lob: str,
+    endpoint: str,
+    *,
+    timing: ProbeTiming = ProbeTiming(),
+    signals: Signals = LMCACHE_SIGNALS,
 ) -> ProbeResult:
     try:
         pods = access.pods(lob, endpoint)
@@ -260,7 +355,7 @@ async def probe_endpoint(
     try:
         async with asyncio.timeout(ENDPOINT_BUDGET_S):
             async with access.connect(lob, a) as url_a, access.connect(lob, b) as url_b:
-                result = await probe_pair(lob, endpoint, url_a, url_b, timing=timing)
+                result = await probe_pair(lob, endpoint, url_a, url_b, timing=timing, signals=signals)
     except UnreachableError as err:
         return ProbeResult(lob, endpoint, "unreachable", str(err), a.name, b.name)
     except TimeoutError:
@@ -277,7 +372,13 @@ async def probe_all(
     access: PodAccess,
     *,
     timing: ProbeTiming = ProbeTiming(),
+    connectors: Mapping[tuple[str, str], str] | None = None,
 ) -> ProbeReport:
-    """Probe every (lob, endpoint) in turn (one at a time: the requests must not overlap on a pod)."""
-    results = [await probe_endpoint(access, lob, ep, timing=timing) for lob, ep in targets]
+    """Probe every (lob, endpoint) in turn (one at a time: the requests must not overlap on a pod); `connectors`
+    names an endpoint's `cache.connector` when it is not LMCache's."""
+    chosen = connectors or {}
+    results = [
+        await probe_endpoint(access, lob, ep, timing=timing, signals=SIGNALS[chosen.get((lob, ep), "lmcache")])
+        for lob, ep in targets
+    ]
     return ProbeReport(environment, tuple(results))

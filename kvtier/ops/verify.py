@@ -1,7 +1,9 @@
 """`kvtier verify`: the failures that are otherwise silent, checked on the objects of a live cluster.
 
 - Every endpoint pod: exactly one LMCACHE_REMOTE_URL pointing at its own L2 identity directory, the L2 mount,
-  PYTHONHASHSEED and the serde (a pod without them runs, with L2 hits silently at zero).
+  PYTHONHASHSEED and the serde (a pod without them runs, with L2 hits silently at zero); on vLLM's own connector
+  (`cache.connector: vllm`) the rendered `--kv-transfer-config` with its fs tier on that directory, the block hash
+  and PYTHONHASHSEED.
 - Curvine: one ready worker on every GPU node, every master ready, and every L2 mount on every GPU node answering
   (the node's L2 healer is Ready only then).
 - Every LOB's `l2-cache` claim bound, and its Kyverno Policy ready where operator pods need the rewiring.
@@ -12,6 +14,7 @@ values come from the charts' own modules, so the checks follow the charts.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -28,7 +31,18 @@ from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.placement import node_selector
 from kvtier.naming import lob_namespace
-from kvtier.serving import HASH_SEED, L2_CLAIM, L2_MARKER, L2_MOUNT_PATH, SERDE, env_name, l2_url
+from kvtier.serving import (
+    HASH_SEED,
+    L2_CLAIM,
+    L2_MARKER,
+    L2_MOUNT_PATH,
+    SERDE,
+    VLLM_HASH_ALGO,
+    env_name,
+    l2_subdir,
+    l2_url,
+    vllm_offload_config,
+)
 
 Obj = Mapping[str, Any]  # a Kubernetes object as the API returns it (JSON)
 
@@ -121,6 +135,11 @@ def endpoint_findings(config: Config, snapshot: Snapshot) -> list[Finding]:
 
 
 def _wiring_ok(endpoint: Endpoint) -> str:
+    if endpoint.cache.connector == "vllm":
+        where = (
+            f"fs tier {L2_MOUNT_PATH}/{l2_subdir(endpoint)}, L2 mounted" if endpoint.cache.l2 == "curvine" else "no L2"
+        )
+        return f"vLLM's OffloadingConnector, {where}, {HASH_SEED_VAR}={HASH_SEED}, {VLLM_HASH_ALGO} block hashes"
     if endpoint.cache.l2 == "curvine":
         return f"L2 URL {l2_url(endpoint)}, L2 mounted, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
     if endpoint.cache.l2 == "tieredstorage":
@@ -137,6 +156,8 @@ def pod_problems(endpoint: Endpoint, pod: Obj, configmaps: Sequence[Obj] = ()) -
     if container is None:
         return ["no vLLM container found (named after the endpoint, `engine`, or carrying LMCache settings)"]
     env = [e for e in container.get("env", []) if isinstance(e, Mapping)]
+    if endpoint.cache.connector == "vllm":
+        return vllm_connector_problems(endpoint, pod, container, env)
     file, problems = lmcache_file(pod, container, env, configmaps)
     problems += _url_problems(endpoint, env, file)
     if endpoint.cache.l2 == "curvine":
@@ -146,6 +167,48 @@ def pod_problems(endpoint: Endpoint, pod: Obj, configmaps: Sequence[Obj] = ()) -
         problems += _setting_problems(
             env, file, "remote_serde", SERDE, "other serdes do not store through remote connectors"
         )
+    return problems
+
+
+def _flag_values(args: Sequence[Any], flag: str) -> list[str]:
+    """Every value of `flag` in vLLM's argv, as `--flag value` or `--flag=value`."""
+    values = [str(args[i + 1]) for i, a in enumerate(args[:-1]) if a == flag]
+    return values + [str(a).split("=", 1)[1] for a in args if str(a).startswith(flag + "=")]
+
+
+def vllm_connector_problems(endpoint: Endpoint, pod: Obj, container: Obj, env: Sequence[Obj]) -> list[str]:
+    """`cache.connector: vllm`: the pod's `--kv-transfer-config` is the one kvtier renders (connector, spec, CPU tier
+    size, fs tier under the endpoint's current identity directory), its block hash and seed are the shared ones, and
+    no LMCache setting is left over."""
+    args = [*container.get("command", []), *container.get("args", [])]
+    problems: list[str] = []
+    configs = _flag_values(args, "--kv-transfer-config")
+    wanted = vllm_offload_config(endpoint.cache, l2_subdir(endpoint))
+    if len(configs) != 1:
+        problems.append(
+            f"{len(configs)} --kv-transfer-config flags; exactly one (vLLM's OffloadingConnector) is needed"
+        )
+    else:
+        try:
+            found = json.loads(configs[0])
+        except json.JSONDecodeError:
+            found = None
+        if found != wanted:
+            problems.append(
+                f"--kv-transfer-config is {configs[0]}, not {json.dumps(wanted, sort_keys=True)} (the endpoint's "
+                "current identity directory; a pod from before the last change still uses the old one)"
+            )
+    algos = _flag_values(args, "--prefix-caching-hash-algo")
+    if algos != [VLLM_HASH_ALGO]:
+        problems.append(
+            f"--prefix-caching-hash-algo is {algos or 'unset'}, not [{VLLM_HASH_ALGO!r}] (another hash names other files)"
+        )
+    leftovers = sorted({str(e.get("name")) for e in env if str(e.get("name", "")).startswith("LMCACHE_")})
+    if leftovers:
+        problems.append(f"LMCache settings on a pod of vLLM's connector: {', '.join(leftovers)}")
+    if endpoint.cache.l2 == "curvine":
+        problems += _mount_problems(pod, container)
+    problems += _single_value(env, HASH_SEED_VAR, HASH_SEED, "block hashes differ per pod and cross-pod hits are zero")
     return problems
 
 

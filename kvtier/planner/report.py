@@ -23,6 +23,7 @@ from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
 from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
+from kvtier.serving import l2_file_tokens
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
@@ -77,7 +78,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
     share = l2_share(env, config.lobs, lob, endpoint)
-    chunk = endpoint.cache.chunk_size
+    chunk = l2_file_tokens(endpoint)  # one L2 file: LMCache's chunk, or a vLLM block (cache.connector: vllm)
     has_l2 = tiers.has_l2
     break_even = tiers.l2_break_even_tokens()
     if not has_l2:

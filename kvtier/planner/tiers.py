@@ -16,6 +16,7 @@ from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
+from kvtier.serving import l2_file_tokens
 
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
@@ -82,7 +83,7 @@ def endpoint_tiers(
     l2_bytes = share.bytes if l2_gb is None or share.backend == "none" else l2_gb * GB
     return TierModel(
         kv_bytes_per_token=kv,
-        chunk_tokens=endpoint.cache.chunk_size,
+        chunk_tokens=l2_file_tokens(endpoint),  # LMCache's chunk, or vLLM's block on its own connector
         block_tokens=endpoint.block_size,
         replicas=endpoint.replicas if replicas is None else replicas,
         l0_tokens=budget.tokens,

@@ -26,6 +26,7 @@ from typing import Any
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
 
 HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
+DEFAULT_CONNECTOR = "lmcache"  # an identity without a `connector` fact is LMCache's (kvtier/serving.py)
 HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
 CURVINE_MASTERS = ("StatefulSet", "curvine", "curvine-master")
 IEC_KIND = "InferenceEndpointConfig"
@@ -219,7 +220,14 @@ FACT_MEANING = {
 
 
 def _why(old: dict[str, Any], new: dict[str, Any]) -> str:
-    """`<fact> changed (<before> -> <after>: <meaning>)` for every fact that differs; `unset` for an absent one."""
+    """`<fact> changed (<before> -> <after>: <meaning>)` for every fact that differs; `unset` for an absent one. A
+    connector change is said alone: the two connectors' facts differ as a whole (LMCache identities have none)."""
+    before, after = (f.get("connector", DEFAULT_CONNECTOR) for f in (old, new))
+    if before != after:
+        return (
+            f"connector changed ({before} -> {after}: the two connectors' L2 files are not interchangeable, so none "
+            "of what the endpoint cached before is read)"
+        )
     parts = []
     for fact in sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k)):
         values = " -> ".join(json.dumps(f.get(fact)) if fact in f else "unset" for f in (old, new))

@@ -185,3 +185,19 @@ def test_a_metrics_url_the_run_never_reached_says_so() -> None:
     quiet = _report("http://c", (0, 0), (0, 0), (0, 0))
     note_unseen([quiet], answered=0)  # nothing answered: nothing to have missed
     assert not any("counted none" in n for n in quiet["notes"])
+
+
+def test_vllms_own_connector_shows_its_fs_tier_reads_and_writes() -> None:
+    """`cache.connector: vllm`: L2 I/O is the fs tier's (tier="1:fs"), and no note says LMCache is missing."""
+    text = (
+        'vllm:prefix_cache_hits_total{engine="0"} 10\n'
+        'vllm:external_prefix_cache_hits_total{engine="0"} 992\n'
+        'vllm:external_prefix_cache_queries_total{engine="0"} 1000\n'
+        'vllm:kv_offload_tiering_read_bytes_total{engine="0",tier="1:fs"} 1015808\n'
+        'vllm:kv_offload_tiering_write_bytes_total{engine="0",tier="1:fs"} 2031616\n'
+        'vllm:kv_offload_tiering_read_bytes_total{engine="0",tier="2:obj"} 999\n'
+    )
+    report = cache_report(Scrape("u", parse_prometheus(_bump(text, 0))), Scrape("u", parse_prometheus(text)))
+    assert report["l2_io"] == {"read_bytes": 1015808, "write_bytes": 2031616}
+    assert report["tiers"]["external_l1_l2"]["hit_tokens"] == 992
+    assert not any("PROMETHEUS_MULTIPROC_DIR" in n for n in report["notes"])

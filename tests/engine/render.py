@@ -96,10 +96,11 @@ def standalone(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
     files: dict[str, str] = {}
     config_maps = {v["configMap"]["name"]: v["name"] for v in pod["volumes"] if "configMap" in v}
     config_map = lmcache_config_map(lob, endpoint)
-    volume = config_maps[config_map["metadata"]["name"]]
-    mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume)
-    for key, text in config_map["data"].items():
-        files[f"{mount}/{key}"] = text
+    volume = config_maps.get(config_map["metadata"]["name"])  # none with vLLM's own connector
+    if volume is not None:
+        mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume)
+        for key, text in config_map["data"].items():
+            files[f"{mount}/{key}"] = text
     return Rendered(f"standalone {lob}/{endpoint.name}", tuple(container["args"]), _plain_env(container["env"]), files)
 
 

@@ -222,3 +222,22 @@ def test_reading_maps_api_failures() -> None:
         kube._items(_raise(MaxRetryError(None, "https://api.example", "connection refused")), "pods")  # type: ignore[arg-type]
     with pytest.raises(UnavailableError, match="failed"):
         kube._items(_raise(ApiException(status=404, reason="Not Found")), "pods")
+
+
+def test_a_pod_of_vllms_own_connector_as_the_chart_renders_it_passes(dev: Config) -> None:
+    """`cache.connector: vllm`: no LMCache URL to check; the fs tier's directory, hash algorithm and seed instead."""
+    lmcache = dev.lobs[0].endpoints[0].model_copy(update={"mode": "standalone"})
+    endpoint = lmcache.model_copy(update={"cache": lmcache.cache.model_copy(update={"connector": "vllm"})})
+    pod = engine_deployment(dev.env, "retail", endpoint)["spec"]["template"]
+    assert pod_problems(endpoint, pod) == []
+    # A pod of the LMCache build of the same endpoint (before the connector change) is on another directory.
+    old_pod = engine_deployment(dev.env, "retail", lmcache)["spec"]["template"]
+    problems = pod_problems(endpoint, old_pod)
+    assert any("--kv-transfer-config is" in p and "current identity directory" in p for p in problems), problems
+    assert any("LMCache settings on a pod of vLLM's connector" in p for p in problems), problems
+    container = pod["spec"]["containers"][0]
+    container["args"] = [a for a in container["args"] if a not in ("--prefix-caching-hash-algo", "sha256")]
+    container["env"] = [e for e in container["env"] if e["name"] != "PYTHONHASHSEED"]
+    problems = pod_problems(endpoint, pod)
+    assert len(problems) == 2 and "--prefix-caching-hash-algo is unset" in problems[0], problems
+    assert "PYTHONHASHSEED" in problems[1], problems

@@ -349,3 +349,24 @@ def test_the_planner_and_the_simulator_load_without_cdk8s() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert done.stdout.strip() == "[]"
+
+
+def test_l2_hits_are_whole_files_of_each_connector() -> None:
+    """LMCache stores whole chunks (256 tokens in the example), vLLM's fs tier whole blocks (16): the planner's L2 hit
+    of a 1,000-token prompt is 768 tokens on LMCache and 992 on vLLM's connector (issue 24)."""
+    from kvtier.planner.tiers import endpoint_tiers
+    from kvtier.planner.ttft import stored_tokens
+
+    config = load_checked(CONFIG_DIR, "prod")
+    lob = config.lob("support")
+    lmcache = lob.endpoints[0]
+    vllm = lmcache.model_copy(update={"cache": lmcache.cache.model_copy(update={"connector": "vllm"})})
+    model = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    hits = {}
+    for endpoint in (lmcache, vllm):
+        tiers = endpoint_tiers(config.env, config.lobs, lob, endpoint, model)
+        hits[endpoint.cache.connector] = (
+            tiers.chunk_tokens,
+            stored_tokens(1000, tiers.chunk_tokens, tiers.save_unfull_chunk),
+        )
+    assert hits == {"lmcache": (256, 768), "vllm": (16, 992)}

@@ -266,3 +266,18 @@ def test_a_standalone_endpoint_that_starts_autoscaling_gets_a_notice() -> None:
     assert compare(old, new) == []
     assert autoscaler_handovers(new, new) == [] and autoscaler_handovers(old, old) == []
     assert autoscaler_handovers(old, {"p": _template(objects=[STANDALONE])}) == []  # no ScaledObject: not a handover
+
+
+def test_a_connector_change_says_the_endpoint_starts_cold_on_real_synths(
+    prod: Synth, config_copy: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Moving an endpoint from LMCache's connector to vLLM's own (docs/l2.md): one notice, naming the connector."""
+    path = config_copy / "lobs" / "support.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["endpoints"][0]["cache"]["connector"] = "vllm"
+    path.write_text(yaml.safe_dump(data))
+    assert cli(["validate", "-e", "prod", "--config-dir", str(config_copy), "--previous", str(prod.outdir)]) == 0
+    notices = [line for line in capsys.readouterr().err.splitlines() if line.startswith("notice:")]
+    assert len(notices) == 1, notices
+    assert notices[0].startswith("notice: kvtier-prod-support: endpoint kvtier-support/llama31-8b L2 identity")
+    assert "L2 starts cold: connector changed (lmcache -> vllm: the two connectors' L2 files are not" in notices[0]

@@ -56,6 +56,21 @@ BAD: list[tuple[str, str, Edit, str, str]] = [
         "server_address",
         "",
     ),
+    (
+        "vllm connector in operator mode",
+        "retail",
+        lambda e: e["cache"].update(connector="vllm"),
+        "cache.connector",
+        "operator image",
+    ),
+    (
+        "vllm connector without L1",
+        "support",
+        lambda e: e["cache"].update(connector="vllm", l1_gb=0),
+        "cache.l1_gb",
+        "CPU tier",
+    ),
+    ("unknown connector", "support", lambda e: e["cache"].update(connector="nixl"), "cache.connector", "lmcache"),
     ("unknown routing", "retail", lambda e: e.update(routing="leastload"), "routing", "prefixaware"),
     ("unknown api", "retail", lambda e: e.update(api="responses"), "api", "completions"),
     ("unknown dtype", "retail", lambda e: e.update(dtype="fp8"), "dtype", "bfloat16"),
@@ -111,3 +126,14 @@ def test_valid_autoscaling_loads(config_copy: Path) -> None:
     )
     endpoint = load_checked(config_copy, "prod").lob("retail").endpoints[0]
     assert endpoint.autoscaling is not None and endpoint.max_replicas == 2
+
+
+def test_chunk_alignment_is_lmcaches_alone(config_copy: Path) -> None:
+    """A chunk size that does not line up with vLLM's blocks is refused for LMCache and ignored on vLLM's own
+    connector, which stores whole blocks (issue 24)."""
+    _edit(config_copy, "support", lambda e: e["cache"].update(chunk_size=100))
+    with pytest.raises(ConfigError) as caught:
+        load_checked(config_copy, "prod")
+    assert any(p.field.endswith("cache.chunk_size") for p in caught.value.problems), caught.value
+    _edit(config_copy, "support", lambda e: e["cache"].update(connector="vllm"))
+    assert load_checked(config_copy, "prod").lob("support").endpoints[0].cache.connector == "vllm"

@@ -24,6 +24,16 @@ SOURCE_L0 = "local_cache_hit"
 SOURCE_EXTERNAL = "external_kv_transfer"  # LMCache L1 + L2 together
 SOURCE_COMPUTE = "local_compute"  # prefilled: served by no tier
 
+# vLLM 0.32.0's OffloadingConnector with TieringOffloadingSpec (`cache.connector: vllm`): per tier, label `tier`
+# = "0:primary" (the CPU tier, L1) or "<n>:<type>" for secondary tier n (vllm/v1/kv_offload/tiering/base.py,
+# metrics.py); kvtier configures one secondary tier, the `fs` tier on L2.
+VLLM_OFFLOAD_TIER_READ_BYTES = "vllm:kv_offload_tiering_read_bytes_total"  # a secondary tier's reads (promotions)
+VLLM_OFFLOAD_TIER_WRITE_BYTES = "vllm:kv_offload_tiering_write_bytes_total"  # a secondary tier's writes (cascades)
+VLLM_OFFLOAD_TIER_CHUNK_QUERIES = "vllm:kv_offload_tiering_chunk_queries_total"
+VLLM_OFFLOAD_TIER_CHUNK_HITS = "vllm:kv_offload_tiering_chunk_hits_total"
+VLLM_OFFLOAD_TIER_LABEL = "tier"
+VLLM_OFFLOAD_FS_TIER = "1:fs"  # the first (and only) secondary tier kvtier renders
+
 # LMCache 0.4.3 (lmcache/observability.py): labels model_name, worker_id, role (one series per TP rank).
 LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)
 LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens_total"

@@ -409,6 +409,19 @@ def test_tier_arithmetic_per_engine_generation_under_promtool(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+# vLLM's own connector (`cache.connector: vllm`, issue 24): its fs tier's reads instead of LMCache's; the CPU tier
+# (0:primary) is L1 and never counts as L2.
+VLLM_FS_READS = [
+    (f'vllm:kv_offload_tiering_read_bytes_total{{{ENG}, tier="1:fs"}}', f"0+{200 * KV}x30"),
+    (f'vllm:kv_offload_tiering_read_bytes_total{{{ENG}, tier="0:primary"}}', f"0+{700 * KV}x30"),
+]
+
+
+def test_tier_arithmetic_of_vllms_own_connector_under_promtool(tmp_path: Path) -> None:
+    result = _tier_test(tmp_path, [*BY_SOURCE, *VLLM_FS_READS, *ROUTER_SCRAPE])
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_tier_arithmetic_fails_on_the_wrong_numbers(tmp_path: Path) -> None:
     """The check can fail: half the L0 hits give other shares."""
     halved = [(s, "0+50x30") if "prefix_cache_hits_total{" in s and "external" not in s else (s, v) for s, v in V0_11]
