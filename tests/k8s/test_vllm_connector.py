@@ -129,6 +129,7 @@ def test_chunk_size_does_not_apply_to_vllms_connector(prod: Config) -> None:
 
 def test_lmcache_endpoints_render_as_before(prod: Config) -> None:
     args = _container(prod, _lmcache(prod))["args"]
-    assert json.loads(_flag(args, "--kv-transfer-config"))["kv_connector"] == "LMCacheConnectorV1"
+    # kvtier's tag-stripping subclass of vLLM's LMCache connector (kvtier/k8s/plugins/kvtier_lmcache.py)
+    assert json.loads(_flag(args, "--kv-transfer-config"))["kv_connector"] == "KvtierLMCacheConnectorV1"
     assert "--prefix-caching-hash-algo" not in args
     assert CacheConfig().connector == "lmcache"
