@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from kvtier.config.lob import LineOfBusiness
     from kvtier.planner.model import TierModel
     from kvtier.planner.pool_routing import CacheAwareKnobs
+    from kvtier.simulate.engine import SimConfig
 
     TierModelFunction = Callable[..., TierModel]
 
@@ -110,6 +111,24 @@ def register(sub: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _sim_config(
+    args: argparse.Namespace, lob: LineOfBusiness, endpoint: Endpoint, model: TierModel, routing: str
+) -> SimConfig:
+    """One replay's settings from the flags, the endpoint's router and the LOB's janitor (fixed and elastic runs)."""
+    from kvtier.simulate.engine import SimConfig
+
+    return SimConfig(
+        routing=routing,
+        slots=args.slots,
+        seed=args.seed,
+        qps_scale=args.qps_scale,
+        prefix_min_match_tokens=args.prefix_min_match,
+        kv_aware_threshold=args.kv_aware_threshold,
+        cache_aware=_cache_aware(endpoint, model, routing),
+        **_l2_policy(endpoint, lob, args.janitor_every),
+    )
+
+
 def _cache_aware(endpoint: Endpoint, model: TierModel, routing: str) -> CacheAwareKnobs | None:
     """Standalone endpoints route with vllm-router's cache_aware: its defaults for prefixaware, the plan's knobs
     for poolaware (kvtier/planner/pool_routing.py); the simulator models what the LOB stack renders."""
@@ -134,7 +153,7 @@ def load_tier_model() -> TierModelFunction:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from kvtier.simulate.engine import SimConfig, simulate
+    from kvtier.simulate.engine import simulate
     from kvtier.simulate.report import gibibytes, gigabytes, json_report, print_report
     from kvtier.simulate.result import SimResult
     from kvtier.simulate.trace import UnitTrace, to_units
@@ -154,8 +173,10 @@ def run(args: argparse.Namespace) -> int:
         prepare_out_dir(out)  # before the replay: its plots must have somewhere to go
     tier_model = load_tier_model()
     if args.autoscale:
-        l2_settings = _l2_policy(endpoint, lob, args.janitor_every)
-        return simulate_elastic.run(args, config, lob, endpoint, trace, tier_model, out, l2_settings, _console())
+        return simulate_elastic.run(
+            args, config, lob, endpoint, trace, tier_model, out, lambda r, m: _sim_config(args, lob, endpoint, m, r),
+            _console(),
+        )  # fmt: skip
     strategies = list(dict.fromkeys(args.routing or STRATEGIES))
     runs: list[tuple[TierModel, UnitTrace, SimConfig, dict[str, float]]] = []
     for l1_gib in args.l1_gib or [None]:
@@ -167,17 +188,7 @@ def run(args: argparse.Namespace) -> int:
                 "l2_gb": l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model),
             }
             for routing in strategies:
-                sim = SimConfig(
-                    routing=routing,
-                    slots=args.slots,
-                    seed=args.seed,
-                    qps_scale=args.qps_scale,
-                    prefix_min_match_tokens=args.prefix_min_match,
-                    kv_aware_threshold=args.kv_aware_threshold,
-                    cache_aware=_cache_aware(endpoint, model, routing),
-                    **_l2_policy(endpoint, lob, args.janitor_every),
-                )
-                runs.append((model, units, sim, labels))
+                runs.append((model, units, _sim_config(args, lob, endpoint, model, routing), labels))
 
     results: list[SimResult] = []
     total = len(runs) * len(trace)

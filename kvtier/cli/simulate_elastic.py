@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from kvtier.config.loader import Config
     from kvtier.config.lob import LineOfBusiness
     from kvtier.planner.model import TierModel
+    from kvtier.simulate.engine import SimConfig
     from kvtier.trace import Trace
 
 # The flags only --autoscale reads (argparse dest), so that one given alone is refused rather than ignored.
@@ -103,13 +105,13 @@ def run(
     trace: Trace,
     tier_model: Any,
     out: Path,
-    l2_settings: dict[str, Any],
+    sim_config: Callable[[str, TierModel], SimConfig],
     console: Any,
 ) -> int:
-    """Replay, print (or JSON) and plot; `l2_settings` is the janitor's policy for SimConfig, `console` the report's."""
+    """Replay, print (or JSON) and plot; `sim_config(routing, model)` gives a replay's settings (the fixed-replica
+    runs' own), `console` the report's."""
     from kvtier.simulate.elastic import simulate_elastic
     from kvtier.simulate.elastic_report import ElasticRow, comparison_lines, json_rows, policy_line, table
-    from kvtier.simulate.engine import SimConfig
     from kvtier.simulate.trace import to_units
 
     plans = policies(args, endpoint)
@@ -125,22 +127,15 @@ def run(
             f"endpoint '{endpoint.name}' has no shared L2 to compare (cache.l2 is {endpoint.cache.l2!r}, or --l2-gb 0); "
             "give --l2-gb GB or simulate an endpoint with cache.l2: curvine"
         )
-    sim = SimConfig(
-        routing=routing,
-        slots=args.slots,
-        seed=args.seed,
-        qps_scale=args.qps_scale,
-        prefix_min_match_tokens=args.prefix_min_match,
-        kv_aware_threshold=args.kv_aware_threshold,
-        **l2_settings,
-    )
     units = to_units(trace, models[0][1].chunk_tokens, args.qps_scale)  # the L2 size changes no chunk
     rows = []
     for plan in plans:
         for has_l2, model in models:
             rows.append(
                 ElasticRow(
-                    plan.min_replicas, has_l2, simulate_elastic(units, model, sim, plan, endpoint.tensor_parallel)
+                    plan.min_replicas,
+                    has_l2,
+                    simulate_elastic(units, model, sim_config(routing, model), plan, endpoint.tensor_parallel),
                 )
             )
     where = f"{config.env.name}/{lob.name}/{endpoint.name}"

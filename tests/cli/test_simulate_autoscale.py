@@ -104,3 +104,24 @@ def test_bad_input_is_one_line_and_exit_2(
     assert err.startswith("kvtier simulate: ")
     assert message in err
     assert "Traceback" not in err
+
+
+def test_a_standalone_endpoint_replays_its_routers_cache_aware_under_autoscaling(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The elastic replay takes the same settings as the fixed one: a standalone endpoint's prefixaware is vllm-router's
+    cache_aware with the knobs it is rendered with (kvtier/planner/pool_routing.py), not the operator's prefix tree."""
+    import kvtier.simulate.elastic as elastic
+    from kvtier.planner.pool_routing import ROUTER_DEFAULT_KNOBS
+
+    seen: list[object] = []
+    real = elastic.simulate_elastic
+
+    def spy(units, model, sim, plan, tp):  # type: ignore[no-untyped-def]
+        seen.append(sim.cache_aware)
+        return real(units, model, sim, plan, tp)
+
+    monkeypatch.setattr(elastic, "simulate_elastic", spy)
+    args = ["simulate", "-e", "prod", "--lob", "support", "--endpoint", "llama31-8b", "--trace", str(SAMPLE)]
+    assert main([*args, "--autoscale", "--no-plots", "--json", "--routing", "prefixaware"]) == 0, capsys.readouterr()
+    assert seen and all(knobs == ROUTER_DEFAULT_KNOBS for knobs in seen)
