@@ -111,8 +111,8 @@ def test_a_standalone_endpoint_replays_its_routers_cache_aware_under_autoscaling
 ) -> None:
     """The elastic replay takes the same settings as the fixed one: a standalone endpoint's prefixaware is vllm-router's
     cache_aware with the knobs it is rendered with (kvtier/planner/pool_routing.py), not the operator's prefix tree."""
-    import kvtier.simulate.elastic as elastic
     from kvtier.planner.pool_routing import ROUTER_DEFAULT_KNOBS
+    from kvtier.simulate import elastic
 
     seen: list[object] = []
     real = elastic.simulate_elastic
