@@ -158,6 +158,11 @@ def l2_file_tokens(endpoint: Endpoint) -> int:
     return endpoint.block_size if endpoint.cache.connector == "vllm" else endpoint.cache.chunk_size
 
 
+def l2_file_unit(endpoint: Endpoint) -> str:
+    """What one L2 file holds, in reports: an LMCache chunk, or a vLLM block on vLLM's own connector."""
+    return "vLLM block" if endpoint.cache.connector == "vllm" else "LMCache chunk"
+
+
 def l2_identity(endpoint: Endpoint) -> str:
     """A short digest of `l2_identity_facts`: a changed identity starts cold in a new directory."""
     facts = json.dumps(l2_identity_facts(endpoint), sort_keys=True, separators=(",", ":"))

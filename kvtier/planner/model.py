@@ -19,7 +19,7 @@ class TierModel:
     """
 
     kv_bytes_per_token: int
-    chunk_tokens: int  # LMCache chunk size (one L2 file)
+    chunk_tokens: int  # tokens per L2 file: LMCache's chunk, or vLLM's block on its own connector
     block_tokens: int  # vLLM block size (L0 granularity)
     replicas: int
     l0_tokens: int  # GPU prefix cache per replica
@@ -33,6 +33,7 @@ class TierModel:
     l2_hit_fixed_s: float = 0.0  # seconds an L2 hit costs beyond its bytes (per request that reads L2)
     replicas_per_node: int = 1  # replicas that share one node's NIC (GPUs per node / tensor_parallel)
     save_unfull_chunk: bool = SAVE_UNFULL_CHUNK  # LMCache stores the last partial chunk too (kvtier renders False)
+    chunk_unit: str = "LMCache chunk"  # what one L2 file is, for reports (kvtier.serving.l2_file_unit)
 
     def prefill_seconds(self, tokens: int) -> float:
         """Time to recompute `tokens` prompt tokens from scratch."""

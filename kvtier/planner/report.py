@@ -23,7 +23,7 @@ from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
 from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
-from kvtier.serving import l2_file_tokens
+from kvtier.serving import l2_file_tokens, l2_file_unit
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
@@ -111,7 +111,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "max_model_len": endpoint.max_model_len,
         "weights": {"gib": model.weight_bytes / GIB, "gib_per_gpu": budget.weights_gib},
         "kv_bytes_per_token": model.kv_bytes_per_token,
-        "chunk": {"tokens": chunk, "bytes": chunk * model.kv_bytes_per_token},
+        "chunk": {"tokens": chunk, "bytes": chunk * model.kv_bytes_per_token, "unit": l2_file_unit(endpoint)},
         "l0": {
             "tokens_per_replica": tiers.l0_tokens,
             "gpu_gib": budget.memory_gib,

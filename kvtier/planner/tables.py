@@ -58,7 +58,10 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     )
     row("weights", [f"{e['weights']['gib']:.1f} GiB ({e['weights']['gib_per_gpu']:.1f} per GPU)" for e in endpoints])
     row("KV per token", [f"{e['kv_bytes_per_token']:,} B ({size(e['kv_bytes_per_token'])})" for e in endpoints])
-    row("LMCache chunk", [f"{e['chunk']['tokens']} tokens = {size(e['chunk']['bytes'])}" for e in endpoints])
+    row(
+        "L2 file",
+        [f"{e['chunk']['unit']}: {e['chunk']['tokens']} tokens = {size(e['chunk']['bytes'])}" for e in endpoints],
+    )
     row(
         "L0 tokens (GPU)",
         [f"{tokens(e['l0']['tokens_per_replica'])} ({e['l0']['kv_gib_per_gpu']:.1f} GiB KV/GPU)" for e in endpoints],

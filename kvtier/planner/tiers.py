@@ -16,7 +16,7 @@ from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
-from kvtier.serving import l2_file_tokens
+from kvtier.serving import l2_file_tokens, l2_file_unit
 
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
@@ -84,6 +84,7 @@ def endpoint_tiers(
     return TierModel(
         kv_bytes_per_token=kv,
         chunk_tokens=l2_file_tokens(endpoint),  # LMCache's chunk, or vLLM's block on its own connector
+        chunk_unit=l2_file_unit(endpoint),
         block_tokens=endpoint.block_size,
         replicas=endpoint.replicas if replicas is None else replicas,
         l0_tokens=budget.tokens,

@@ -62,7 +62,7 @@ def header(model: TierModel, title: str, unit_tokens: int, dims: Sequence[str] =
     return (
         f"{title}\n"
         f"replicas {model.replicas}; per replica L0 {l0}, L1 {l1}; L2 shared {l2}\n"
-        f"unit {unit_tokens} tokens (LMCache chunk {model.chunk_tokens}); max_model_len {model.max_model_len:,}; "
+        f"unit {unit_tokens} tokens ({model.chunk_unit} {model.chunk_tokens}); max_model_len {model.max_model_len:,}; "
         f"{beats}"
     )
 

@@ -55,7 +55,7 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         kv = 2 * model.layers * model.kv_heads * model.head_dim * 2
         assert e["kv_bytes_per_token"] == kv
         assert e["weights"]["gib"] == pytest.approx(model.params_billion * 2e9 / GIB)
-        assert e["chunk"] == {"tokens": chunk, "bytes": chunk * kv}
+        assert e["chunk"] == {"tokens": chunk, "bytes": chunk * kv, "unit": "LMCache chunk"}
         assert e["l1"]["tokens_per_replica"] == int(written["cache"]["l1_gb"] * GIB // kv)
         kv_gib = 44.4 * utilization - model.params_billion * 2e9 / GIB - 2.5
         assert e["l0"]["kv_gib_per_gpu"] == pytest.approx(kv_gib)

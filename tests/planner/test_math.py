@@ -362,11 +362,17 @@ def test_l2_hits_are_whole_files_of_each_connector() -> None:
     lmcache = lob.endpoints[0]
     vllm = lmcache.model_copy(update={"cache": lmcache.cache.model_copy(update={"connector": "vllm"})})
     model = MODELS["meta-llama/Llama-3.1-8B-Instruct"]
+    from kvtier.simulate.report import header
+
     hits = {}
     for endpoint in (lmcache, vllm):
         tiers = endpoint_tiers(config.env, config.lobs, lob, endpoint, model)
         hits[endpoint.cache.connector] = (
             tiers.chunk_tokens,
             stored_tokens(1000, tiers.chunk_tokens, tiers.save_unfull_chunk),
+            header(tiers, "t", 512).splitlines()[2].split(";")[0],  # what simulate says one L2 file is
         )
-    assert hits == {"lmcache": (256, 768), "vllm": (16, 992)}
+    assert hits == {
+        "lmcache": (256, 768, "unit 512 tokens (LMCache chunk 256)"),
+        "vllm": (16, 992, "unit 512 tokens (vLLM block 16)"),
+    }
