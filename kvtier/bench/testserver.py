@@ -97,6 +97,9 @@ class Behaviour:
     # > 0: lmcache:* series show the counts as of the last publication, one every this many seconds, as LMCache's
     # stats thread publishes them (every 10 s in LMCache 0.4.3, docs/references.md); 0: at once.
     lmcache_publish_s: float = 0.0
+    # True: also vLLM's own connector's fs-tier series (`cache.connector: vllm`), `vllm:kv_offload_tiering_*` with
+    # tier="1:fs", counted at once (vLLM's own metrics, no publication thread).
+    fs_tier_metrics: bool = False
     usage: bool = True  # send `usage` in the last chunk
     model: str = "kvtier/fake-model"  # "": GET /v1/models lists none
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
@@ -214,6 +217,10 @@ class FakeServer:
         c["lmcache:num_remote_read_bytes_total"] += l2_hit * BYTES_PER_TOKEN
         c["lmcache:num_remote_write_requests_total"] += len(new_in_l2)
         c["lmcache:num_remote_write_bytes_total"] += len(new_in_l2) * b.block_words * BYTES_PER_TOKEN
+        c["fs_write_bytes"] += len(new_in_l2) * b.block_words * BYTES_PER_TOKEN
+        c["fs_read_bytes"] += l2_hit * BYTES_PER_TOKEN
+        c["fs_chunk_queries"] += len(keys) - local
+        c["fs_chunk_hits"] += l2
         c["local_compute"] += miss
         c["local_cache_hit"] += local_hit
         c["external_kv_transfer"] += l2_hit
@@ -238,6 +245,14 @@ class FakeServer:
         for source in ("local_compute", "local_cache_hit", "external_kv_transfer"):
             lines.append(f'vllm:prompt_tokens_by_source_total{{{labels},source="{source}"}} {c[source]}')
         lines.append(f"vllm:num_requests_running{{{labels}}} 0.0")
+        if self.behaviour.fs_tier_metrics:
+            for name, key in (
+                ("vllm:kv_offload_tiering_write_bytes_total", "fs_write_bytes"),
+                ("vllm:kv_offload_tiering_read_bytes_total", "fs_read_bytes"),
+                ("vllm:kv_offload_tiering_chunk_queries_total", "fs_chunk_queries"),
+                ("vllm:kv_offload_tiering_chunk_hits_total", "fs_chunk_hits"),
+            ):
+                lines.append(f'{name}{{{labels},tier="1:fs"}} {c[key]}')
         if self.behaviour.lmcache_metrics:
             shown = self._published if self._published is not None else c
             for name in (

@@ -6,12 +6,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from kvtier.bench.testserver import Behaviour, FakeCluster, free_port
 from kvtier.cli.verify import probe_targets, run_probe
+from kvtier.config.loader import Config
 from kvtier.errors import ExitCode
 from kvtier.ops.probe import PROMPT_WORDS, Pod, ProbeTiming, UnreachableError, pick_pair
 from kvtier.rules import load_checked
@@ -144,3 +146,61 @@ def test_pick_pair_prefers_ready_pods_on_distinct_nodes() -> None:
     pods = [Pod("c", "n2", True), Pod("a", "n1", False), Pod("b", "n1", True)]
     assert pick_pair(pods) == (Pod("b", "n1", True), Pod("c", "n2", True))
     assert pick_pair([Pod("a", "n1", True)]) is None
+
+
+# ---- vLLM's own connector (`cache.connector: vllm`): judged by its fs tier's counters --------------------------------
+
+FS_TIER = Behaviour(fs_tier_metrics=True, lmcache_metrics=False)  # a vLLM-connector pod exports no lmcache:* series
+
+
+def _vllm_connector(config: Config) -> Config:
+    lobs = tuple(
+        lob.model_copy(
+            update={
+                "endpoints": tuple(
+                    e.model_copy(update={"cache": e.cache.model_copy(update={"connector": "vllm"})})
+                    for e in lob.endpoints
+                )
+            }
+        )
+        for lob in config.lobs
+    )
+    return replace(config, lobs=lobs)
+
+
+def test_vllm_connector_pods_sharing_l2_hit_by_the_fs_tier_counters(capsys: pytest.CaptureFixture[str]) -> None:
+    with FakeCluster(2, FS_TIER) as shared:
+        a, b = shared.servers
+        code = run_probe(_vllm_connector(CONFIG), StubAccess(a.url, b.url), as_json=True)
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert code == ExitCode.OK and result["outcome"] == "hit", result
+    assert result["hit_tokens"] == PROMPT_WORDS and result["l2_read_bytes"] > 0
+    assert "vLLM's fs tier" in result["message"]
+
+
+def test_vllm_connector_pods_with_separate_fs_tiers_miss_and_name_the_hashing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with FakeCluster(1, FS_TIER) as one, FakeCluster(1, FS_TIER) as other:
+        code = run_probe(
+            _vllm_connector(CONFIG),
+            StubAccess(one.urls[0], other.urls[0]),
+            as_json=True,
+            timing=ProbeTiming(settle_s=1.0),
+        )
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert code == ExitCode.PROBLEMS and result["outcome"] == "miss", result
+    assert result["a_write_bytes"] > 0 and result["hit_tokens"] == 0
+    assert "--prefix-caching-hash-algo" in result["message"], result["message"]
+
+
+def test_vllm_connector_pods_without_the_fs_tier_say_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """Judged by LMCache's counters, this pair would look like a hit; by vLLM's, the fs tier is missing."""
+    with FakeCluster(2) as lmcache_pods:
+        a, b = lmcache_pods.servers
+        code = run_probe(
+            _vllm_connector(CONFIG), StubAccess(a.url, b.url), as_json=True, timing=ProbeTiming(settle_s=1.0)
+        )
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert code == ExitCode.PROBLEMS and result["outcome"] == "miss", result
+    assert "no vllm:kv_offload_tiering_* series" in result["message"]
