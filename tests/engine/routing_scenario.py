@@ -6,9 +6,8 @@ Engines A and B run kvtier's standalone rendering (LMCache L1 + the shared L2 fo
 cache:
 - `prefix` (sequential): 3 prefixes of PREFIX_TOKENS, 4 interleaved rounds, each a new short suffix, no header;
 - `session` (sequential): 5 sessions of fresh prompts, 3 rounds, header SESSION_HEADER;
-- `chat` (concurrent, on a second router with empty trees): USERS users share a SYSTEM_TOKENS system prompt, each
-  with its own document; ROUNDS turns, each turn the whole conversation so far plus TURN_TOKENS new tokens, all users
-  at once, with SESSION_HEADER.
+- `chat` (concurrent): USERS users share a SYSTEM_TOKENS system prompt, each with its own document; ROUNDS turns, each
+  turn the whole conversation so far plus TURN_TOKENS new tokens, all users at once, with SESSION_HEADER.
 Which engine served a sequential request: the engine whose `vllm:request_success_total` moved. Tiers over the `chat`
 workload: per engine, `vllm:prefix_cache_hits_total` (L0, vLLM's own prefix cache), `vllm:external_prefix_cache_hits_total`
 (L1/L2, what LMCache loaded), `vllm:prompt_tokens_total`. TTFT: the time to a `max_tokens: 1` answer through the router.
@@ -167,9 +166,6 @@ def run_strategy(
             for i in range(SESSIONS):
                 prompt = tokens(rng, SESSION_PROMPT_TOKENS)
                 run.session.append(sequential(router, engines, served, f"s{i}", rnd, prompt, f"{strategy}-s{i}"))
-    # The chat starts on a fresh router, as a new endpoint's would: cache_aware sends a request that matches too little
-    # to the worker with the smallest tree, so the trees the sequential workloads left would decide the split.
-    with running(Router(python, site, args, workdir / f"router-{strategy}-chat.log")) as router:
         run_chat(run, router, engines, served, rng)
         run.bench = run_bench(router, workdir / f"bench-{strategy}")
     run.seconds = time.monotonic() - started
