@@ -64,7 +64,7 @@ def l2_lob_path(env: str, lob: str) -> str:
 
 
 # On an endpoint's InferenceEndpointConfig or standalone Deployment: its L2 identity (the last part of its L2
-# directory, kvtier/serving.py) and the facts it digests, which `kvtier validate --previous` compares.
+# directory, kvtier/connectors/) and the facts it digests, which `kvtier validate --previous` compares.
 L2_IDENTITY_ANNOTATION = "kvtier.io/l2-identity"
 L2_IDENTITY_FACTS_ANNOTATION = "kvtier.io/l2-identity-facts"
 

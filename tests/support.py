@@ -15,6 +15,7 @@ import yaml
 from kvtier.planner.model import TierModel
 
 if TYPE_CHECKING:
+    from kvtier.config.endpoint import Endpoint
     from kvtier.config.environment import Environment
     from kvtier.k8s.base import KvtierChart
 
@@ -40,6 +41,16 @@ ROUND_COSTS = TierModel(
     prefill_s_per_token_squared=0.0,
     max_model_len=10**12,
 )
+
+
+def lmcache_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any]:
+    """The ConfigMap an LMCache endpoint's engine mounts (kvtier.k8s.standalone.engine_config_map); fails the test
+    when the endpoint has none."""
+    from kvtier.k8s.standalone import engine_config_map
+
+    config_map = engine_config_map(lob, endpoint)
+    assert config_map is not None, f"{endpoint.name} mounts no connector files"
+    return config_map
 
 
 def shared_path(relative: str) -> Path:

@@ -2,8 +2,8 @@
 
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one nor a sibling
 package of its own layer, except in the layers of small shared modules):
-facts -> config -> shared serving facts -> planner, bench -> simulate -> rules -> charts -> constructs -> stacks ->
-entry points. The graph is read from the source with `ast`, so a lazy import inside a function counts too; imports
+facts -> config -> shared serving facts -> L2 connectors -> planner, bench -> simulate -> rules -> charts -> constructs
+-> stacks -> entry points. The graph is read from the source with `ast`, so a lazy import inside a function counts too; imports
 under `if TYPE_CHECKING:` are left out of the circle check only (they never run).
 """
 
@@ -30,12 +30,14 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "kvtier.addons",
             "kvtier.upstream",
             "kvtier.trace",
+            "kvtier.stats",
             "kvtier.lambdas",
             "kvtier.k8s.curvine.scripts",
         ),
     ),
     ("config", ("kvtier.config",)),
     ("serving facts", ("kvtier.serving", "kvtier.sizing")),
+    ("connectors", ("kvtier.connectors",)),
     ("planner and bench", ("kvtier.planner", "kvtier.bench")),
     ("simulator", ("kvtier.simulate",)),
     ("rules", ("kvtier.rules",)),
@@ -55,7 +57,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 SHARED_LAYERS = {"facts", "serving facts", "entry points"}
 ROOT_PACKAGE = "kvtier"  # kvtier/__init__.py: the version only
 # The pure layers import nothing from charts or constructs (design "Layers"), whatever their rank.
-PURE = ("kvtier.planner", "kvtier.simulate", "kvtier.bench", "kvtier.serving", "kvtier.sizing", "kvtier.rules")
+PURE = (
+    "kvtier.planner",
+    "kvtier.simulate",
+    "kvtier.bench",
+    "kvtier.serving",
+    "kvtier.sizing",
+    "kvtier.rules",
+    "kvtier.connectors",
+    "kvtier.stats",
+)
 
 
 @dataclass(frozen=True)
@@ -237,3 +248,112 @@ def test_tests_mirror_the_package() -> None:
     packages = {p.name for p in PACKAGE.iterdir() if p.is_dir() and p.name != "__pycache__"}
     for folder in (p for p in tests.iterdir() if p.is_dir() and (p / "__init__.py").exists()):
         assert folder.name in packages | {"tools", "engine"}, f"tests/{folder.name}/ mirrors no kvtier package"
+
+
+# ---- the L2 connector seam (issue 41) -------------------------------------------------------------------------------
+
+CONNECTORS_PACKAGE = PACKAGE / "connectors"
+
+
+def _connector_names() -> set[str]:
+    """The `cache.connector` values, read from the config's `Connector` literal (not imported: this file stays AST)."""
+    tree = ast.parse((PACKAGE / "config" / "endpoint.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "Connector" for t in node.targets):
+            return {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    raise AssertionError("kvtier/config/endpoint.py defines no `Connector` literal")
+
+
+def _mentions_connector(node: ast.AST) -> bool:
+    """`x.connector`, a name like `connector`/`DEFAULT_CONNECTOR`, or the identity fact key "connector"."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "connector"
+    if isinstance(node, ast.Name):
+        return "connector" in node.id.lower()
+    return isinstance(node, ast.Constant) and node.value == "connector"
+
+
+def connector_branches(tree: ast.AST, names: set[str]) -> list[str]:
+    """Every place that decides by the connector's name: comparing it with a name, a lookup keyed by it, a match on
+    it, a table keyed by names, a name kept in a variable; `line: what`."""
+
+    def is_name(node: ast.AST | None) -> bool:
+        if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+            return any(is_name(e) for e in node.elts)
+        return isinstance(node, ast.Constant) and node.value in names
+
+    found: list[str] = []
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 0)
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(is_name(s) for s in sides) and any(_mentions_connector(n) for s in sides for n in ast.walk(s)):
+                found.append(f"{line}: compares the connector with a name: {ast.unparse(node)}")
+        elif isinstance(node, ast.Subscript) and any(_mentions_connector(n) for n in ast.walk(node.slice)):
+            found.append(f"{line}: looks up by the connector: {ast.unparse(node)}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            if node.args and any(_mentions_connector(n) for n in ast.walk(node.args[0])):
+                found.append(f"{line}: looks up by the connector: {ast.unparse(node)}")
+            elif any(is_name(a) for a in node.args[1:]):
+                found.append(f"{line}: a connector name as a lookup's default: {ast.unparse(node)}")
+        elif isinstance(node, ast.Match) and any(_mentions_connector(n) for n in ast.walk(node.subject)):
+            found.append(f"{line}: matches on the connector: match {ast.unparse(node.subject)}")
+        elif isinstance(node, ast.Dict) and any(is_name(k) for k in node.keys):
+            found.append(f"{line}: a table keyed by connector names")
+        elif isinstance(node, ast.DictComp) and any(_mentions_connector(n) for n in ast.walk(node.key)):
+            found.append(f"{line}: a table keyed by the connector: {ast.unparse(node)}")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and is_name(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(_mentions_connector(n) for t in targets for n in ast.walk(t)) and not isinstance(
+                node, ast.AnnAssign
+            ):
+                found.append(f"{line}: keeps a connector name: {ast.unparse(node)}")
+    return found
+
+
+def test_no_module_outside_the_connectors_branches_on_the_connector_name() -> None:
+    """Design "L2 connectors": everything connector-specific lives in kvtier/connectors/, one module per connector;
+    every other module asks `connector_for(...)`. (The config's own `connector: Connector = "lmcache"` field default
+    is an annotated declaration, not a decision, and passes.)"""
+    names = _connector_names()
+    assert names == {"lmcache", "vllm"}
+    offenders = [
+        f"{path.relative_to(ROOT)}:{where}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if CONNECTORS_PACKAGE not in path.parents
+        for where in connector_branches(ast.parse(path.read_text(), str(path)), names)
+    ]
+    assert offenders == [], "\n".join(offenders)
+
+
+# Branches as they were before the seam (d340343), one per kind the guard must find.
+OLD_BRANCHES = {
+    "kvtier/serving.py": 'def f(endpoint):\n    return endpoint.block_size if endpoint.cache.connector == "vllm" else 1\n',
+    "kvtier/k8s/standalone.py": 'def f(endpoint):\n    if endpoint.cache.connector != "vllm":\n        return {}\n',
+    "kvtier/serving.py (lmcache_config)": 'def f(cache):\n    if cache.connector != "lmcache" or cache.l1_gb == 0:\n        return {}\n',
+    "kvtier/ops/probe.py (table)": "SIGNALS = {s.connector: s for s in (LMCACHE_SIGNALS, VLLM_SIGNALS)}\n",
+    "kvtier/ops/probe.py (lookup)": 'x = SIGNALS[chosen.get((lob, ep), "lmcache")]\n',
+    "kvtier/rules/day2.py (default)": 'DEFAULT_CONNECTOR = "lmcache"\n',
+    "kvtier/rules/day2.py (facts)": "before = old.get('connector', DEFAULT_CONNECTOR)\n",
+    "kvtier/rules/day2.py (meanings)": 'FACT_MEANING = {"schema": "s", "lmcache": "another LMCache version in the image"}\n',
+    "a lookup keyed by the connector": "signals = SIGNALS[endpoint.cache.connector]\n",
+    "a match": 'match endpoint.cache.connector:\n    case "vllm":\n        pass\n',
+}
+
+
+@pytest.mark.parametrize("where", sorted(OLD_BRANCHES))
+def test_the_connector_guard_finds_every_kind_of_branch(where: str) -> None:
+    found = connector_branches(ast.parse(OLD_BRANCHES[where]), _connector_names())
+    assert len(found) >= 1, where
+
+
+def test_the_connector_guard_lets_the_seam_through() -> None:
+    """Asking the seam, passing a name to it and comparing connectors as objects are not branches."""
+    fine = (
+        "connector = connector_for(endpoint)\n"
+        "names = {(lob, e.name): e.cache.connector for e in endpoints}\n"
+        "x = connector_named(chosen.get((lob, ep), DEFAULT_CONNECTOR.name))\n"
+        "same = connector is not runs\n"
+        'image = "vllm/vllm-openai:v0.19.0"\n'
+    )
+    assert connector_branches(ast.parse(fine), _connector_names()) == []

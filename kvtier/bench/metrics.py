@@ -9,6 +9,7 @@ Which tiers the counters can tell apart (vLLM 0.11-0.19 `vllm/v1/metrics/loggers
   `lmcache:num_hit_tokens_total` / `lmcache:num_requested_tokens_total`, which LMCache 0.4.3 counts only when it
   retrieves, so a miss never shows in that rate (docs/references.md).
 - L2 traffic: `lmcache:num_remote_read_requests_total` / `..._bytes_total` (and writes); there is no L2 hit-token counter.
+  On vLLM's own connector, its fs tier's read and write bytes (each connector's `hits.l2_io`, kvtier/connectors/).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 import aiohttp
 
 from kvtier.bench.http import TRANSPORT_ERRORS, describe, get
+from kvtier.connectors import CONNECTORS, lmcache
+from kvtier.connectors.base import EXTERNAL_HITS, EXTERNAL_QUERIES
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -121,31 +124,18 @@ TIERS = (
     Tier(
         "external_l1_l2",
         "LMCache L1+L2 as vLLM sees it (external prefix cache)",
-        ("vllm:external_prefix_cache_hits_total",),
-        ("vllm:external_prefix_cache_queries_total",),
+        (EXTERNAL_HITS,),
+        (EXTERNAL_QUERIES,),
     ),
     # LMCache looks up the whole prompt, the tokens vLLM already holds in L0 included, and vLLM loads only the rest
     # (lmcache 0.4.3 vllm_v1_adapter.py `get_num_new_matched_tokens`, docs/references.md): this count overlaps L0.
     Tier(
         "lmcache_l1_l2",
         "LMCache held at lookup (L0's tokens included)",
-        ("lmcache:num_lookup_hits_total", "lmcache:num_hit_tokens_total"),
-        ("lmcache:num_lookup_tokens_total", "lmcache:num_requested_tokens_total"),
+        (lmcache.LOOKUP_HITS, lmcache.HIT_TOKENS),
+        (lmcache.LOOKUP_TOKENS, lmcache.REQUESTED_TOKENS),
     ),
 )
-L2_IO = {
-    "read_requests": "lmcache:num_remote_read_requests_total",
-    "read_bytes": "lmcache:num_remote_read_bytes_total",
-    "write_requests": "lmcache:num_remote_write_requests_total",
-    "write_bytes": "lmcache:num_remote_write_bytes_total",
-}
-# vLLM's own connector (`cache.connector: vllm`): its `fs` tier's reads (promotions) and writes (cascades), label
-# `tier` = "1:fs" (vLLM 0.32.0 vllm/v1/kv_offload/tiering/metrics.py, docs/references.md "Issue 24").
-VLLM_FS_IO = {
-    "read_bytes": "vllm:kv_offload_tiering_read_bytes_total",
-    "write_bytes": "vllm:kv_offload_tiering_write_bytes_total",
-}
-VLLM_FS_TIER = {"tier": "1:fs"}
 PROMPT_SOURCES = ("local_compute", "local_cache_hit", "external_kv_transfer")  # vllm:prompt_tokens_by_source (0.19)
 
 
@@ -218,14 +208,11 @@ def cache_report(before: Scrape, after: Scrape) -> dict[str, Any]:
             "hit_rate": hits / queries if hits is not None and queries else None,
             "metric": hits_name,
         }
-    for key, name in L2_IO.items():
-        value = _delta(before.samples, after.samples, name, notes)
-        if value is not None:
-            report["l2_io"][key] = value
-    for key, name in VLLM_FS_IO.items():  # an endpoint runs one connector: LMCache's or vLLM's
-        value = _delta(before.samples, after.samples, name, notes, **VLLM_FS_TIER)
-        if value is not None and key not in report["l2_io"]:
-            report["l2_io"][key] = value
+    for connector in CONNECTORS:  # an endpoint runs one connector: the first one whose series show wins
+        for key, series in connector.hits.l2_io:
+            value = _delta(before.samples, after.samples, series.name, notes, **dict(series.labels))
+            if value is not None and key not in report["l2_io"]:
+                report["l2_io"][key] = value
     sources = {
         s: _delta(before.samples, after.samples, "vllm:prompt_tokens_by_source_total", notes, source=s)
         for s in PROMPT_SOURCES

@@ -14,20 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from kvtier.bench.records import RequestRecord
-
-
-def percentile(values: Iterable[float], q: float) -> float | None:
-    """The q-th percentile by linear interpolation between closest ranks (numpy's default, Hyndman-Fan type 7)."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    if not 0 <= q <= 100:
-        raise ValueError(f"percentile {q} is outside 0..100")
-    position = (len(ordered) - 1) * q / 100
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
+from kvtier.stats import percentile
 
 PERCENTILES: tuple[float, ...] = (50.0, 90.0, 99.0)
 SLO_METRICS = ("ttft", "tpot", "e2e")  # what --slo may bound, in ms

@@ -11,7 +11,6 @@ from kvtier.catalog import INSTANCE_TYPES
 from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
-from kvtier.versions import NATIVE_VLLM_IMAGE, OPERATOR_VLLM_IMAGE, OPERATOR_VLLM_VERSION, STANDALONE_VLLM_IMAGE
 
 ENDPOINT_NAME_MAX = 28
 MIN_MODEL_LEN = 256  # the shortest max_model_len kvtier accepts
@@ -24,7 +23,8 @@ Dtype = Literal["auto", "bfloat16", "float16"]
 Api = Literal["chat", "completions"]
 L2Backend = Literal["curvine", "tieredstorage", "none"]
 # Who moves KV between the tiers: LMCache's vLLM connector (L1 LMCache CPU, L2 its `fs://` files), or vLLM's own
-# OffloadingConnector + TieringOffloadingSpec (L1 vLLM's CPU tier, L2 its `fs` secondary tier): docs/l2.md.
+# OffloadingConnector + TieringOffloadingSpec (L1 vLLM's CPU tier, L2 its `fs` secondary tier): docs/l2.md. Each is a
+# module of kvtier/connectors/, which says what it supports (kvtier/rules/l2.py reports its refusals).
 Connector = Literal["lmcache", "vllm"]
 # A Hugging Face repo id as the Hub accepts it (huggingface_hub `validate_repo_id`, docs/references.md): ASCII letters,
 # digits, '-', '_' and '.', each part at most 96 characters, starting and ending with a letter, digit or '_', no '--'
@@ -38,7 +38,6 @@ _COMMIT = re.compile(r"[0-9a-f]{40}", re.ASCII)  # a Hugging Face (git) commit S
 _WEIGHTS_VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 # Amazon Managed Prometheus workspace URL, the only Prometheus server the CRD accepts (autoScalingSpec).
 _AMP_URL = r"^https://aps-workspaces\.[a-zA-Z0-9-]+(\.[a-zA-Z0-9-]+)*\.amazonaws\.com/workspaces/ws-[a-zA-Z0-9-]+$"
-DEFAULT_IMAGES: dict[str, str] = {"operator": OPERATOR_VLLM_IMAGE, "standalone": STANDALONE_VLLM_IMAGE}
 
 
 def _model_id(value: str) -> str:
@@ -82,7 +81,7 @@ def _bucket(value: str) -> str:
 
 ModelId = Annotated[str, AfterValidator(_model_id)]
 # Bumped by the user when weights change under the same id, revision or S3 prefix: it is part of the endpoint's L2
-# identity (kvtier/serving.py), so the new weights start on an empty L2 directory instead of the old weights' KV.
+# identity (kvtier/connectors/), so the new weights start on an empty L2 directory instead of the old weights' KV.
 WeightsVersion = Annotated[str | None, AfterValidator(_weights_version)]
 
 
@@ -140,7 +139,7 @@ class CacheConfig(StrictModel):
     l1_gb: Annotated[float, Field(ge=0, le=2048)] = 20.0  # LMCache pinned host DRAM per replica; 0 turns L1 off
     l2: L2Backend = "curvine"
     chunk_size: Annotated[int, Field(ge=16, le=4096)] = 256  # tokens per LMCache chunk (one file on L2)
-    connector: Connector = "lmcache"  # `vllm`: standalone mode only (kvtier/rules/l2.py says why)
+    connector: Connector = "lmcache"  # `vllm`: standalone mode only (kvtier/connectors/vllm.py says why)
 
 
 class PrometheusTrigger(StrictModel):
@@ -248,7 +247,7 @@ class Endpoint(StrictModel):
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
     dtype: Dtype = "auto"
-    image: PinnedImage | None = None  # default per mode: DEFAULT_IMAGES (versions.py)
+    image: PinnedImage | None = None  # default: the connector's for the mode (kvtier.connectors.engine_image)
     # Standalone mode's router (vllm-router, run by `vllm-router`); default ROUTER_IMAGE (versions.py). Tags are
     # mutable: pin @sha256:<digest> here.
     router_image: PinnedImage | None = None
@@ -266,33 +265,6 @@ class Endpoint(StrictModel):
     @property
     def max_replicas(self) -> int:
         return self.autoscaling.max_replicas if self.autoscaling else self.replicas
-
-    @property
-    def container_image(self) -> str:
-        """The vLLM image: `image` if set, else the mode's default (vLLM's own image for `cache.connector: vllm`)."""
-        if self.image:
-            return self.image
-        return NATIVE_VLLM_IMAGE if self.cache.connector == "vllm" else DEFAULT_IMAGES[self.mode]
-
-    def _check_connector(self) -> None:
-        """vLLM's own connector needs a vLLM with the OffloadingConnector's `fs` tier (newer than the operator image's)
-        and its CPU tier (every L2 block passes through it)."""
-        if self.cache.connector != "vllm":
-            return
-        if self.mode != "standalone":
-            raise FieldError(
-                "cache.connector",
-                f"vLLM's connector cannot run in operator mode: the operator image {OPERATOR_VLLM_IMAGE} ships vLLM "
-                f"{OPERATOR_VLLM_VERSION}, which has no `fs` tier for its OffloadingConnector (vLLM 0.22 and later), "
-                "and the Inference Operator wires LMCache's connector itself",
-                "use connector: lmcache in operator mode, or mode: standalone",
-            )
-        if self.cache.l1_gb == 0:
-            raise FieldError(
-                "cache.l1_gb",
-                "vLLM's connector passes every block through its CPU tier (`cpu_bytes_to_use` is required)",
-                "set l1_gb above 0 (its host memory per replica, like 20), or use connector: lmcache",
-            )
 
     @model_validator(mode="after")
     def _checks(self) -> Endpoint:
@@ -313,7 +285,6 @@ class Endpoint(StrictModel):
                 "the HyperPod tiered storage L2 is wired by the Inference Operator only",
                 "use l2: curvine or none in standalone mode, or mode: operator",
             )
-        self._check_connector()
         if self.autoscaling is not None:  # where KEDA comes from is a cross-file rule (kvtier/rules/autoscaling.py)
             low, high = self.autoscaling.min_replicas, self.autoscaling.max_replicas
             if not low <= self.replicas <= high:

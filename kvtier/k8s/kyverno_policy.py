@@ -23,20 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
+# Operator mode runs LMCache's connector only (the Inference Operator wires it; kvtier/connectors/vllm.py refuses the
+# mode): the rewiring is LMCache's.
+from kvtier.connectors.lmcache import env_name, l2_dir_url, rewire_env
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.naming import lob_namespace
-from kvtier.serving import (
-    L2_CLAIM,
-    L2_IDENTITY_CHARS,
-    L2_IDENTITY_VAR,
-    L2_MARKER,
-    L2_MOUNT_PATH,
-    L2_VOLUME,
-    env_name,
-    l2_dir_url,
-    rewire_env,
-)
+from kvtier.serving import L2_CLAIM, L2_IDENTITY_CHARS, L2_IDENTITY_VAR, L2_MARKER, L2_MOUNT_PATH, L2_VOLUME
 
 AUTOGEN_ANNOTATION = "pod-policies.kyverno.io/autogen-controllers"
 ENDPOINT_VAR = "{{ request.object.metadata.labels.app || '' }}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
+from kvtier.connectors import connector_for, engine_image
 from kvtier.k8s.autoscaling import operator_autoscaling_spec
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
@@ -21,17 +22,6 @@ from kvtier.k8s.endpoint_names import (
     operator_router_service_name,
 )
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION, lob_namespace
-from kvtier.serving import (
-    L2_IDENTITY_VAR,
-    L2_MARKER,
-    PROMETHEUS_DIR,
-    hash_seed_env,
-    l2_identity,
-    l2_identity_facts,
-    l2_subdir,
-    lmcache_config,
-    lmcache_env,
-)
 from kvtier.sizing import worker_size
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
@@ -88,20 +78,15 @@ def l2_identity_annotations(endpoint: Endpoint) -> dict[str, str]:
     """The endpoint's L2 identity and its facts (empty without a Curvine L2)."""
     if endpoint.cache.l2 != "curvine":
         return {}
-    facts = json.dumps(l2_identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
-    return {L2_IDENTITY_ANNOTATION: l2_identity(endpoint), L2_IDENTITY_FACTS_ANNOTATION: facts}
+    connector = connector_for(endpoint)
+    facts = json.dumps(connector.identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
+    return {L2_IDENTITY_ANNOTATION: connector.l2_identity(endpoint), L2_IDENTITY_FACTS_ANNOTATION: facts}
 
 
-def worker_env(endpoint: Endpoint) -> list[dict[str, str]]:
-    """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one). For
-    `l2: curvine`, the marker and the L2 identity the Kyverno Policy builds the URL from (it reads only the pod)."""
-    config = lmcache_config(endpoint.cache, l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
-    env = lmcache_env(config, omit=frozenset({"remote_url"}))
-    env += [hash_seed_env(), {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
-    if endpoint.cache.l2 == "curvine":
-        env.append({"name": L2_MARKER, "value": "curvine"})
-        env.append({"name": L2_IDENTITY_VAR, "value": l2_identity(endpoint)})
-    return env
+def worker_env(endpoint: Endpoint) -> list[dict[str, Any]]:
+    """The connector's worker env (LMCache's settings, hash seed, metrics directory and, for `l2: curvine`, what the
+    Kyverno Policy builds the L2 URL from: kvtier/connectors/lmcache.py `operator_env`)."""
+    return connector_for(endpoint).operator_env(endpoint)
 
 
 def kv_cache_spec(endpoint: Endpoint) -> dict[str, Any]:
@@ -121,7 +106,7 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
         "invocationEndpoint": INVOCATION_PATHS[endpoint.api],
         "modelSourceConfig": _model_source(env, endpoint),
         "worker": {
-            "image": endpoint.container_image,
+            "image": engine_image(endpoint),
             "args": ["--model", MODEL_PATH, *vllm_args(endpoint)],
             "modelInvocationPort": {"containerPort": VLLM_PORT, "name": "http"},
             "modelVolumeMount": {"name": MODEL_VOLUME, "mountPath": MODEL_PATH},

@@ -1,24 +1,23 @@
-"""Standalone mode (no operator, any EKS): per endpoint a vLLM + LMCache Deployment, its Service and its LMCache
-ConfigMap; weights from Hugging Face, or streamed from S3 by vLLM's Run:ai loader as the LOB's `model-reader` service
+"""Standalone mode (no operator, any EKS): per endpoint a vLLM Deployment, its Service and the ConfigMap of the files
+its L2 connector mounts (LMCache's settings); weights from Hugging Face, or streamed from S3 by vLLM's Run:ai loader as the LOB's `model-reader` service
 account (EKS Pod Identity, kvtier/constructs/model_access.py).
 
 Tiers: L0 is vLLM's prefix cache (on by default), L1 LMCache's pinned host memory, L2 LMCache's `fs://` connector on
 the LOB's `l2-cache` volume (Curvine). With `cache.connector: vllm`, L1 and L2 are vLLM's own OffloadingConnector
-instead: its CPU tier in `/dev/shm` and its `fs` tier on the same volume (no LMCache ConfigMap). The router
-(router.py) spreads requests over the pods.
+instead: its CPU tier in `/dev/shm` and its `fs` tier on the same volume (no ConfigMap). What each connector adds to
+the container comes from kvtier/connectors/. The router (router.py) spreads requests over the pods.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 from typing import Any
-
-import yaml
 
 from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
+from kvtier.connectors import connector_for, engine_image
+from kvtier.connectors.base import EngineWiring, MountedFiles
 from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
@@ -31,76 +30,35 @@ from kvtier.k8s.endpoint_names import (
 from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as CONTAINER
 from kvtier.k8s.operator_endpoint import HEALTH_PATH, l2_identity_annotations, vllm_args
 from kvtier.k8s.placement import placement
-from kvtier.k8s.plugins import (
-    LMCACHE_CONNECTOR_CLASS,
-    LMCACHE_CONNECTOR_FILE,
-    LMCACHE_CONNECTOR_MODULE,
-    plugin_text,
-)
 from kvtier.k8s.security import container_security_context, pod_security_context
 from kvtier.naming import MODEL_READER_SA, lob_namespace
-from kvtier.serving import (
-    L2_CLAIM,
-    L2_MOUNT_PATH,
-    L2_VOLUME,
-    PROMETHEUS_DIR,
-    VLLM_HASH_ALGO,
-    hash_seed_env,
-    l2_subdir,
-    lmcache_config,
-    vllm_offload_config,
-)
+from kvtier.serving import L2_CLAIM, L2_MOUNT_PATH, L2_VOLUME, PROMETHEUS_DIR, hash_seed_env
 from kvtier.sizing import worker_size
 
-CONFIG_DIR = "/etc/lmcache"
-CONFIG_FILE = "lmcache.yaml"
 MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk
-# LMCache's vLLM connector, as kvtier's subclass that drops client-supplied cache tags (plugins/kvtier_lmcache.py,
-# shipped in the LMCache ConfigMap, imported from CONFIG_DIR on PYTHONPATH; docs/references.md "Client-supplied cache
-# tags (issue 24)"). A chunk LMCache found but cannot read (an L2 read that fails or times out) is computed again
-# instead of failing the request: vLLM's default policy is "fail" (docs/references.md "issue 22").
-KV_TRANSFER_CONFIG = {
-    "kv_connector": LMCACHE_CONNECTOR_CLASS,
-    "kv_connector_module_path": LMCACHE_CONNECTOR_MODULE,
-    "kv_role": "kv_both",
-    "kv_load_failure_policy": "recompute",
-}
 SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the pod's memory limit
 # Startup covers the weight download and load: 180 x 10 s = 30 minutes before the kubelet restarts the pod.
 STARTUP_FAILURES = 180
 
 
-def endpoint_lmcache_config(endpoint: Endpoint) -> dict[str, Any]:
-    # No LMCache controller: the standalone router does not run kvaware (rules/routing.py).
-    return lmcache_config(endpoint.cache, l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
+def engine_wiring(endpoint: Endpoint) -> EngineWiring:
+    """What the endpoint's L2 connector adds to the engine container (kvtier/connectors/)."""
+    return connector_for(endpoint).standalone(endpoint)
 
 
-def endpoint_vllm_offload(endpoint: Endpoint) -> dict[str, Any]:
-    """vLLM's own `--kv-transfer-config` (`cache.connector: vllm`; validation requires L1 for it), else empty."""
-    if endpoint.cache.connector != "vllm":
-        return {}
-    return vllm_offload_config(endpoint.cache, l2_subdir(endpoint))
+def engine_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any] | None:
+    """The ConfigMap of the files the connector mounts into the engine (LMCache's settings and kvtier's connector
+    module), or None when it mounts none."""
+    files = engine_wiring(endpoint).files
+    return None if files is None else _config_map(lob, files)
 
 
-def shm_gib(endpoint: Endpoint) -> int:
-    """/dev/shm: NCCL's share, plus vLLM's CPU tier, which is one file there of `l1_gb` (`cpu_bytes_to_use`,
-    vllm/v1/kv_offload/cpu/shared_offload_region.py; vLLM refuses to start when it does not fit)."""
-    return SHM_GIB + (math.ceil(endpoint.cache.l1_gb) if endpoint_vllm_offload(endpoint) else 0)
-
-
-def config_map_name(endpoint: str) -> str:
-    return f"{endpoint}-lmcache"
-
-
-def lmcache_config_map(lob: str, endpoint: Endpoint) -> dict[str, Any]:
+def _config_map(lob: str, files: MountedFiles) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": {"name": config_map_name(endpoint.name), "namespace": lob_namespace(lob)},
-        "data": {
-            CONFIG_FILE: yaml.safe_dump(endpoint_lmcache_config(endpoint), sort_keys=True),
-            LMCACHE_CONNECTOR_FILE: plugin_text(LMCACHE_CONNECTOR_FILE),
-        },
+        "metadata": {"name": files.config_map, "namespace": lob_namespace(lob)},
+        "data": dict(files.data),
     }
 
 
@@ -135,29 +93,25 @@ def _model(env: Environment, endpoint: Endpoint) -> tuple[list[str], list[dict[s
     return args, env_vars
 
 
-def _engine_env(endpoint: Endpoint, model_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    env: list[dict[str, Any]] = [
+def _engine_env(wiring: EngineWiring, model_env: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
         hash_seed_env(),
         {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
         *model_env,
+        *wiring.env,
     ]
-    if endpoint_lmcache_config(endpoint):
-        env.append({"name": "LMCACHE_CONFIG_FILE", "value": f"{CONFIG_DIR}/{CONFIG_FILE}"})
-        env.append({"name": "LMCACHE_TRACK_USAGE", "value": "false"})  # LMCache usage_context.py
-        env.append({"name": "PYTHONPATH", "value": CONFIG_DIR})  # where vLLM imports KV_TRANSFER_CONFIG's module from
-    return env
 
 
-def _volumes(endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(endpoint: Endpoint, wiring: EngineWiring) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(pod volumes, engine mounts)."""
     volumes: list[dict[str, Any]] = [
-        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{shm_gib(endpoint)}Gi"}},
+        {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB + wiring.shm_gib}Gi"}},
     ]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
-    if endpoint_lmcache_config(endpoint):
-        volumes.append({"name": "lmcache-config", "configMap": {"name": config_map_name(endpoint.name)}})
-        mounts.append({"name": "lmcache-config", "mountPath": CONFIG_DIR, "readOnly": True})
+    if (files := wiring.files) is not None:
+        volumes.append({"name": files.volume, "configMap": {"name": files.config_map}})
+        mounts.append({"name": files.volume, "mountPath": files.mount_path, "readOnly": True})
     if endpoint.cache.l2 == "curvine":
         volumes.append({"name": L2_VOLUME, "persistentVolumeClaim": {"claimName": L2_CLAIM}})
         mounts.append({"name": L2_VOLUME, "mountPath": L2_MOUNT_PATH})
@@ -169,24 +123,18 @@ def _volumes(endpoint: Endpoint) -> tuple[list[dict[str, Any]], list[dict[str, A
 def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
     namespace = lob_namespace(lob)
     labels = engine_labels(endpoint.name)
-    config = endpoint_lmcache_config(endpoint)
+    wiring = engine_wiring(endpoint)
     size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
     model_args, model_env = _model(env, endpoint)
-    volumes, mounts = _volumes(endpoint)
-    args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT)]
-    if config:
-        args += ["--kv-transfer-config", json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))]
-    if offload := endpoint_vllm_offload(endpoint):
-        config = offload  # what the pod template's digest covers
-        args += ["--prefix-caching-hash-algo", VLLM_HASH_ALGO]
-        args += ["--kv-transfer-config", json.dumps(offload, separators=(",", ":"), sort_keys=True)]
+    volumes, mounts = _volumes(endpoint, wiring)
+    args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT), *wiring.args]
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT}]
     container = {
         "name": CONTAINER,
-        "image": endpoint.container_image,
+        "image": engine_image(endpoint),
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "env": _engine_env(endpoint, model_env),
+        "env": _engine_env(wiring, model_env),
         "ports": ports,
         "resources": size.resources(),
         "startupProbe": _probe(10, STARTUP_FAILURES),
@@ -196,9 +144,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         # The vLLM image runs as root and writes its caches under /root and /tmp: root stays, the rest is dropped.
         "securityContext": container_security_context(read_only_root=False),
     }
-    # The ConfigMap's whole data (settings and connector module): a change of either rolls the pods.
-    data = lmcache_config_map(lob, endpoint)["data"] if config else config
-    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    # What the connector's settings are (LMCache: its ConfigMap's whole data): a change rolls the pods.
+    digest = hashlib.sha256(json.dumps(wiring.rollout, sort_keys=True).encode()).hexdigest()[:16]
     metadata: dict[str, Any] = {"name": endpoint.name, "namespace": namespace, "labels": labels}
     if annotations := l2_identity_annotations(endpoint):
         metadata["annotations"] = annotations
@@ -245,8 +192,8 @@ def engine_service(lob: str, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
-    if endpoint_lmcache_config(endpoint):
-        api_object(chart, "lmcache-config", lmcache_config_map(lob, endpoint))
+    if (files := engine_wiring(endpoint).files) is not None:
+        api_object(chart, files.volume, _config_map(lob, files))
     api_object(chart, "engine", engine_deployment(env, lob, endpoint))
     api_object(chart, "engine-service", engine_service(lob, endpoint))
     add_standalone_autoscaling(chart, env, lob, endpoint)

@@ -1,14 +1,15 @@
 """`kvtier verify --probe`: prove a cross-pod L2 hit on the live cluster, per endpoint with an L2.
 
 For each such endpoint: two ready pods on different nodes (A, B); one salted prompt of about PROMPT_WORDS words
-(at least as many tokens) to A; wait until A's LMCache reports L2 writes (its store is asynchronous); the same prompt
-to B; then B's counters say whether the prefix came from L2 (`lmcache:num_remote_read_bytes_total`,
-`vllm:external_prefix_cache_hits_total`). An endpoint on vLLM's own connector (`cache.connector: vllm`) is judged by
-vLLM's counters alone: its `fs` tier's write and read bytes (`vllm:kv_offload_tiering_*{tier="1:fs"}`) and the
-external prefix-cache queries and hits (`Signals`). LMCache publishes its counters from a thread every 10 s (LMCache 0.4.3,
-docs/references.md), so both waits poll until the counters have caught up, within bounds. Read-only apart from the
-two requests; bounded time per endpoint. The pods are reached through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP
-side is `kvtier bench`'s client.
+(at least as many tokens) to A; wait until A's connector reports L2 writes (its store is asynchronous); the same
+prompt to B; then B's counters say whether the prefix came from L2. Which counters is the connector's (its `hits`,
+kvtier/connectors/): LMCache's `lmcache:num_remote_read_bytes_total` and `vllm:external_prefix_cache_hits_total`, or
+on vLLM's own connector (`cache.connector: vllm`) its `fs` tier's write and read bytes
+(`vllm:kv_offload_tiering_*{tier="1:fs"}`) and the external prefix-cache queries and hits. LMCache publishes its
+counters from a thread every 10 s (LMCache 0.4.3, docs/references.md), so both waits poll until the counters have
+caught up, within bounds. Read-only apart from the two requests; bounded time per endpoint. The pods are reached
+through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP side is `kvtier bench`'s
+client.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from kvtier.bench.http import new_client
 from kvtier.bench.metrics import Sample, scrape, total
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
+from kvtier.connectors import DEFAULT_CONNECTOR, connector_named
+from kvtier.connectors.base import Connector, HitMetrics, Series
 from kvtier.errors import ExitCode
-from kvtier.k8s.observability import metrics as m
 
 PROMPT_WORDS = 2000  # words: every tokenizer makes at least one token of each, so >= 2,000 tokens
 LMCACHE_STATS_INTERVAL_S = 10.0  # LMCache 0.4.3 publishes its Prometheus counters every 10 s (docs/references.md)
@@ -38,42 +40,12 @@ SETTLE_S = 2 * LMCACHE_STATS_INTERVAL_S + 5  # how long B's LMCache counters may
 REQUEST_TIMEOUT_S = 120.0
 ENDPOINT_BUDGET_S = 300.0  # everything for one endpoint, pod lookup to the last scrape
 POLL_S = 0.5
-WRITE_BYTES = m.LMCACHE_REMOTE_WRITE_BYTES
-READ_BYTES = m.LMCACHE_REMOTE_READ_BYTES
-LMCACHE_HITS = m.LMCACHE_HIT_TOKENS
-LMCACHE_REQUESTED = m.LMCACHE_REQUESTED_TOKENS
-LOOKUP_TOKENS = m.LMCACHE_LOOKUP_TOKENS
-LOOKUP_HITS = m.LMCACHE_LOOKUP_HITS
-EXTERNAL_HITS = m.VLLM_EXTERNAL_PREFIX_CACHE_HITS
 
 
-@dataclass(frozen=True)
-class Signals:
-    """The counters one connector exposes: L2 write and read bytes (with label matches), lookups and their hits."""
-
-    connector: str
-    write_bytes: str
-    read_bytes: str
-    lookup_tokens: str
-    lookup_hits: str
-    match: tuple[tuple[str, str], ...] = ()  # labels of the L2 byte counters
-
-    def delta(self, before: list[Sample], after: list[Sample], name: str) -> float | None:
-        match = dict(self.match) if name in (self.write_bytes, self.read_bytes) else {}
-        a, b = total(before, name, **match), total(after, name, **match)
-        return None if a is None or b is None else b - a
-
-
-LMCACHE_SIGNALS = Signals("lmcache", WRITE_BYTES, READ_BYTES, LOOKUP_TOKENS, LOOKUP_HITS)
-VLLM_SIGNALS = Signals(
-    "vllm",
-    m.VLLM_OFFLOAD_TIER_WRITE_BYTES,
-    m.VLLM_OFFLOAD_TIER_READ_BYTES,
-    m.VLLM_EXTERNAL_PREFIX_CACHE_QUERIES,
-    EXTERNAL_HITS,
-    ((m.VLLM_OFFLOAD_TIER_LABEL, m.VLLM_OFFLOAD_FS_TIER),),
-)
-SIGNALS = {s.connector: s for s in (LMCACHE_SIGNALS, VLLM_SIGNALS)}
+def _delta(before: list[Sample], after: list[Sample], series: Series) -> float | None:
+    labels = dict(series.labels)
+    a, b = total(before, series.name, **labels), total(after, series.name, **labels)
+    return None if a is None or b is None else b - a
 
 
 @dataclass(frozen=True)
@@ -160,11 +132,6 @@ async def _counters(client: aiohttp.ClientSession, url: str) -> list[Sample]:
     return scraped.samples
 
 
-def _delta(before: list[Sample], after: list[Sample], name: str) -> float | None:
-    a, b = total(before, name), total(after, name)
-    return None if a is None or b is None else b - a
-
-
 async def _complete(client: aiohttp.ClientSession, url: str, model: str, prompt: str, run: str) -> None:
     body = request_body("completions", model, prompt, 1)
     record = await send(client, Request(run, url, "completions", body, 0), timeout_s=REQUEST_TIMEOUT_S, origin=0.0)
@@ -175,13 +142,13 @@ async def _complete(client: aiohttp.ClientSession, url: str, model: str, prompt:
 
 
 async def _wait_for_store(
-    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, signals: Signals = LMCACHE_SIGNALS
+    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, hits: HitMetrics
 ) -> float:
     """A's L2 write bytes since `before`, once they stop growing (or when `wait_s` runs out)."""
     deadline = time.monotonic() + wait_s
     written = 0.0
     while time.monotonic() < deadline:
-        now = signals.delta(before, await _counters(client, url), signals.write_bytes) or 0.0
+        now = _delta(before, await _counters(client, url), hits.l2_write_bytes) or 0.0
         if now > 0 and now == written:
             return now  # two polls without growth: the store has finished
         written = now
@@ -190,62 +157,23 @@ async def _wait_for_store(
 
 
 async def _wait_for_lookup(
-    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, signals: Signals = LMCACHE_SIGNALS
+    client: aiohttp.ClientSession, url: str, before: list[Sample], wait_s: float, hits: HitMetrics
 ) -> list[Sample]:
-    """B's counters once LMCache has published the request: as soon as they show L2 reads (a hit) or a lookup that
-    found nothing (a miss); else (a worker process that publishes its reads later than the scheduler its lookup)
-    whatever shows by the end of `wait_s`. Without any LMCache series there is nothing to wait for."""
+    """B's counters once the connector has published the request: as soon as they show L2 reads (a hit) or a lookup
+    that found nothing (a miss); else (a worker process that publishes its reads later than the scheduler its lookup)
+    whatever shows by the end of `wait_s`. Without any lookup series there is nothing to wait for."""
     deadline = time.monotonic() + wait_s
     while True:
         now = await _counters(client, url)
-        looked_up = signals.delta(before, now, signals.lookup_tokens) or 0
+        looked_up = _delta(before, now, hits.lookup_tokens) or 0
         if (
-            total(now, signals.lookup_tokens) is None
-            or (signals.delta(before, now, signals.read_bytes) or 0) > 0
-            or (looked_up > 0 and not signals.delta(before, now, signals.lookup_hits))
+            total(now, hits.lookup_tokens.name, **dict(hits.lookup_tokens.labels)) is None
+            or (_delta(before, now, hits.l2_read_bytes) or 0) > 0
+            or (looked_up > 0 and not _delta(before, now, hits.lookup_hits))
             or time.monotonic() >= deadline
         ):
             return now
         await asyncio.sleep(POLL_S)
-
-
-def _vllm_miss_cause(a_written: float, b_looked_up: float | None, tier_seen: bool) -> str:
-    if not tier_seen:
-        return (
-            "no vllm:kv_offload_tiering_* series of the fs tier on the pods: vLLM's OffloadingConnector runs without "
-            "the fs tier; check the --kv-transfer-config (run `kvtier verify`)"
-        )
-    if a_written <= 0:
-        return (
-            "pod A wrote nothing to its fs tier: the L2 mount is absent or read-only, or the prompt is shorter than one "
-            "vLLM block (the fs tier stores full blocks only); run `kvtier verify`"
-        )
-    if not b_looked_up:
-        return "pod B did not ask its OffloadingConnector for the prompt: its kv-transfer config is off"
-    return (
-        "pod B asked but read nothing from its fs tier although A wrote: the pods hash differently (PYTHONHASHSEED, "
-        "--prefix-caching-hash-algo, --block-size, --model) or use different fs directories (root_dir, identity); "
-        "run `kvtier verify`"
-    )
-
-
-def _miss_cause(a_written: float, b_looked_up: float | None, lmcache_seen: bool) -> str:
-    if not lmcache_seen:
-        return (
-            "no lmcache:* series on the pods: LMCache is not loaded or PROMETHEUS_MULTIPROC_DIR is unset; "
-            "check the kv-transfer config"
-        )
-    if a_written <= 0:
-        return (
-            "pod A wrote nothing to L2: LMCACHE_REMOTE_URL is missing or wrong, the L2 mount is absent, or the prompt "
-            "is shorter than one LMCache chunk (chunk alignment); run `kvtier verify`"
-        )
-    if not b_looked_up:
-        return "pod B did not ask LMCache for the prompt: its kv-transfer config is off (run `kvtier verify`)"
-    return (
-        "pod B asked LMCache but read nothing from L2 although A wrote: the pods hash differently (PYTHONHASHSEED, "
-        "model name, chunk size) or use different L2 directories (LMCACHE_REMOTE_URL, identity); run `kvtier verify`"
-    )
 
 
 async def probe_pair(
@@ -256,10 +184,12 @@ async def probe_pair(
     *,
     salt: str | None = None,
     timing: ProbeTiming = ProbeTiming(),
-    signals: Signals = LMCACHE_SIGNALS,
+    connector: Connector = DEFAULT_CONNECTOR,
 ) -> ProbeResult:
-    """The probe between two reachable pods (base URLs), judged by the counters of the endpoint's connector."""
+    """The probe between two reachable pods (base URLs), judged by the counters of the endpoint's connector: a hit
+    when B read from L2 and took tokens from outside its GPU cache."""
     start = time.monotonic()
+    hits = connector.hits
     result = ProbeResult(lob, endpoint, "miss", "")
     async with new_client(REQUEST_TIMEOUT_S) as client:
         listed = await models_probe(client, url_a, timeout_s=REQUEST_TIMEOUT_S)
@@ -271,61 +201,24 @@ async def probe_pair(
         prompt = probe_prompt(salt or new_salt())
         before_a, before_b = await _counters(client, url_a), await _counters(client, url_b)
         await _complete(client, url_a, listed.models[0], prompt, "probe-a")
-        written = await _wait_for_store(client, url_a, before_a, timing.store_wait_s, signals)
+        written = await _wait_for_store(client, url_a, before_a, timing.store_wait_s, hits)
         await _complete(client, url_b, listed.models[0], prompt, "probe-b")
-        after_b = await _wait_for_lookup(client, url_b, before_b, timing.settle_s, signals)
-    if signals.connector == "vllm":
-        return _judge_vllm(result, before_b, after_b, written, signals, start)
-    read = _delta(before_b, after_b, READ_BYTES)
-    external = _delta(before_b, after_b, EXTERNAL_HITS)
-    lmcache_hits = _delta(before_b, after_b, LMCACHE_HITS)
-    requested = _delta(before_b, after_b, LMCACHE_REQUESTED)
-    looked_up = _delta(before_b, after_b, LOOKUP_TOKENS)
-    result.counters = {
-        READ_BYTES: read,
-        EXTERNAL_HITS: external,
-        LMCACHE_HITS: lmcache_hits,
-        LMCACHE_REQUESTED: requested,
-        LOOKUP_TOKENS: looked_up,
-        LOOKUP_HITS: _delta(before_b, after_b, LOOKUP_HITS),
-    }
+        after_b = await _wait_for_lookup(client, url_b, before_b, timing.settle_s, hits)
+    read = _delta(before_b, after_b, hits.l2_read_bytes)
+    taken = next((d for s in hits.hit_tokens if (d := _delta(before_b, after_b, s)) is not None), None)
+    result.counters = {s.key: _delta(before_b, after_b, s) for s in hits.reported}
     result.a_write_bytes = int(written)
     result.l2_read_bytes = int(read or 0)
-    result.hit_tokens = int(external if external is not None else lmcache_hits or 0)
-    result.seconds = round(time.monotonic() - start, 3)
-    if result.l2_read_bytes > 0 and result.hit_tokens > 0:
-        result.outcome = "hit"
-        result.message = f"pod B took {result.hit_tokens} prompt tokens from L2 ({result.l2_read_bytes} bytes read)"
-    else:
-        result.message = _miss_cause(written, looked_up, total(after_b, LOOKUP_TOKENS) is not None)
-    return result
-
-
-def _judge_vllm(
-    result: ProbeResult, before_b: list[Sample], after_b: list[Sample], written: float, signals: Signals, start: float
-) -> ProbeResult:
-    """A hit: B read from its fs tier and vLLM counted the tokens as external prefix-cache hits."""
-    read = signals.delta(before_b, after_b, signals.read_bytes)
-    hits = signals.delta(before_b, after_b, signals.lookup_hits)
-    looked_up = signals.delta(before_b, after_b, signals.lookup_tokens)
-    result.counters = {
-        f"{signals.read_bytes}{{{','.join(f'{k}={v!r}' for k, v in signals.match)}}}": read,
-        signals.lookup_tokens: looked_up,
-        signals.lookup_hits: hits,
-    }
-    result.a_write_bytes = int(written)
-    result.l2_read_bytes = int(read or 0)
-    result.hit_tokens = int(hits or 0)
+    result.hit_tokens = int(taken or 0)
     result.seconds = round(time.monotonic() - start, 3)
     if result.l2_read_bytes > 0 and result.hit_tokens > 0:
         result.outcome = "hit"
         result.message = (
-            f"pod B took {result.hit_tokens} prompt tokens from vLLM's fs tier ({result.l2_read_bytes} bytes read)"
+            f"pod B took {result.hit_tokens} prompt tokens from {hits.l2_name} ({result.l2_read_bytes} bytes read)"
         )
     else:
-        # A counter with labels appears once it is first counted: every fs-tier lookup counts a query, a read only a hit.
-        seen = total(after_b, m.VLLM_OFFLOAD_TIER_CHUNK_QUERIES, **dict(signals.match)) is not None
-        result.message = _vllm_miss_cause(written, looked_up, seen)
+        loaded = total(after_b, hits.loaded.name, **dict(hits.loaded.labels)) is not None
+        result.message = connector.probe_miss_cause(written, _delta(before_b, after_b, hits.lookup_tokens), loaded)
     return result
 
 
@@ -335,7 +228,7 @@ async def probe_endpoint(
     endpoint: str,
     *,
     timing: ProbeTiming = ProbeTiming(),
-    signals: Signals = LMCACHE_SIGNALS,
+    connector: Connector = DEFAULT_CONNECTOR,
 ) -> ProbeResult:
     try:
         pods = access.pods(lob, endpoint)
@@ -355,7 +248,7 @@ async def probe_endpoint(
     try:
         async with asyncio.timeout(ENDPOINT_BUDGET_S):
             async with access.connect(lob, a) as url_a, access.connect(lob, b) as url_b:
-                result = await probe_pair(lob, endpoint, url_a, url_b, timing=timing, signals=signals)
+                result = await probe_pair(lob, endpoint, url_a, url_b, timing=timing, connector=connector)
     except UnreachableError as err:
         return ProbeResult(lob, endpoint, "unreachable", str(err), a.name, b.name)
     except TimeoutError:
@@ -375,10 +268,12 @@ async def probe_all(
     connectors: Mapping[tuple[str, str], str] | None = None,
 ) -> ProbeReport:
     """Probe every (lob, endpoint) in turn (one at a time: the requests must not overlap on a pod); `connectors`
-    names an endpoint's `cache.connector` when it is not LMCache's."""
+    names an endpoint's `cache.connector` when it is not the default one."""
     chosen = connectors or {}
     results = [
-        await probe_endpoint(access, lob, ep, timing=timing, signals=SIGNALS[chosen.get((lob, ep), "lmcache")])
+        await probe_endpoint(
+            access, lob, ep, timing=timing, connector=connector_named(chosen.get((lob, ep), DEFAULT_CONNECTOR.name))
+        )
         for lob, ep in targets
     ]
     return ProbeReport(environment, tuple(results))

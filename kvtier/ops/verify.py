@@ -3,7 +3,7 @@
 - Every endpoint pod: exactly one LMCACHE_REMOTE_URL pointing at its own L2 identity directory, the L2 mount,
   PYTHONHASHSEED and the serde (a pod without them runs, with L2 hits silently at zero); on vLLM's own connector
   (`cache.connector: vllm`) the rendered `--kv-transfer-config` with its fs tier on that directory, the block hash
-  and PYTHONHASHSEED.
+  and PYTHONHASHSEED (each connector's `pod_problems`, kvtier/connectors/).
 - Curvine: one ready worker on every GPU node, every master ready, and every L2 mount on every GPU node answering
   (the node's L2 healer is Ready only then).
 - Every LOB's `l2-cache` claim bound, and its Kyverno Policy ready where operator pods need the rewiring.
@@ -14,16 +14,14 @@ values come from the charts' own modules, so the checks follow the charts.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-import yaml
-
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.config.loader import Config
+from kvtier.connectors import CONNECTORS, connector_for
 from kvtier.errors import ExitCode
 from kvtier.k8s.curvine.names import HEALER, component_labels
 from kvtier.k8s.curvine.names import NAMESPACE as CURVINE_NAMESPACE
@@ -31,25 +29,10 @@ from kvtier.k8s.endpoint_names import ENGINE_CONTAINER as STANDALONE_CONTAINER
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.placement import node_selector
 from kvtier.naming import lob_namespace
-from kvtier.serving import (
-    HASH_SEED,
-    L2_CLAIM,
-    L2_MARKER,
-    L2_MOUNT_PATH,
-    SERDE,
-    VLLM_HASH_ALGO,
-    env_name,
-    l2_subdir,
-    l2_url,
-    vllm_offload_config,
-)
+from kvtier.serving import L2_CLAIM, L2_MARKER
 
 Obj = Mapping[str, Any]  # a Kubernetes object as the API returns it (JSON)
 
-REMOTE_URL = env_name("remote_url")
-CONFIG_FILE_VAR = "LMCACHE_CONFIG_FILE"
-HASH_SEED_VAR = "PYTHONHASHSEED"
-TIERED_STORAGE_SCHEME = "sagemaker-hyperpod://"  # the URL the operator injects (reference aws-hyperpod.md 4.2)
 ENDPOINT_POD_LABEL = "app"  # operator pods carry app=<endpoint> (operator-addons.md 2.1); standalone pods too
 
 
@@ -135,81 +118,16 @@ def endpoint_findings(config: Config, snapshot: Snapshot) -> list[Finding]:
 
 
 def _wiring_ok(endpoint: Endpoint) -> str:
-    if endpoint.cache.connector == "vllm":
-        where = (
-            f"fs tier {L2_MOUNT_PATH}/{l2_subdir(endpoint)}, L2 mounted" if endpoint.cache.l2 == "curvine" else "no L2"
-        )
-        return f"vLLM's OffloadingConnector, {where}, {HASH_SEED_VAR}={HASH_SEED}, {VLLM_HASH_ALGO} block hashes"
-    if endpoint.cache.l2 == "curvine":
-        return f"L2 URL {l2_url(endpoint)}, L2 mounted, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
-    if endpoint.cache.l2 == "tieredstorage":
-        return f"one L2 URL to HyperPod tiered storage, {HASH_SEED_VAR}={HASH_SEED}, serde {SERDE}"
-    return f"no L2, as configured; {HASH_SEED_VAR}={HASH_SEED}"
+    return connector_for(endpoint).wiring_summary(endpoint)
 
 
 def pod_problems(endpoint: Endpoint, pod: Obj, configmaps: Sequence[Obj] = ()) -> list[str]:
-    """What is wrong with one endpoint pod's cache wiring (empty when nothing is).
-
-    LMCache reads its file (LMCACHE_CONFIG_FILE) and lets LMCACHE_<KEY> variables override it, so a setting is the
-    variable when set, else the file's value (kvtier.serving)."""
+    """What is wrong with one endpoint pod's cache wiring (empty when nothing is), as its connector checks it
+    (kvtier/connectors/: LMCache's URL, file and serde, or vLLM's `--kv-transfer-config`; the mount and seed)."""
     container = serving_container(endpoint, pod)
     if container is None:
         return ["no vLLM container found (named after the endpoint, `engine`, or carrying LMCache settings)"]
-    env = [e for e in container.get("env", []) if isinstance(e, Mapping)]
-    if endpoint.cache.connector == "vllm":
-        return vllm_connector_problems(endpoint, pod, container, env)
-    file, problems = lmcache_file(pod, container, env, configmaps)
-    problems += _url_problems(endpoint, env, file)
-    if endpoint.cache.l2 == "curvine":
-        problems += _mount_problems(pod, container)
-    problems += _single_value(env, HASH_SEED_VAR, HASH_SEED, "cache keys differ per pod and cross-pod hits are zero")
-    if endpoint.cache.l2 != "none" or endpoint.cache.l1_gb > 0:
-        problems += _setting_problems(
-            env, file, "remote_serde", SERDE, "other serdes do not store through remote connectors"
-        )
-    return problems
-
-
-def _flag_values(args: Sequence[Any], flag: str) -> list[str]:
-    """Every value of `flag` in vLLM's argv, as `--flag value` or `--flag=value`."""
-    values = [str(args[i + 1]) for i, a in enumerate(args[:-1]) if a == flag]
-    return values + [str(a).split("=", 1)[1] for a in args if str(a).startswith(flag + "=")]
-
-
-def vllm_connector_problems(endpoint: Endpoint, pod: Obj, container: Obj, env: Sequence[Obj]) -> list[str]:
-    """`cache.connector: vllm`: the pod's `--kv-transfer-config` is the one kvtier renders (connector, spec, CPU tier
-    size, fs tier under the endpoint's current identity directory), its block hash and seed are the shared ones, and
-    no LMCache setting is left over."""
-    args = [*container.get("command", []), *container.get("args", [])]
-    problems: list[str] = []
-    configs = _flag_values(args, "--kv-transfer-config")
-    wanted = vllm_offload_config(endpoint.cache, l2_subdir(endpoint))
-    if len(configs) != 1:
-        problems.append(
-            f"{len(configs)} --kv-transfer-config flags; exactly one (vLLM's OffloadingConnector) is needed"
-        )
-    else:
-        try:
-            found = json.loads(configs[0])
-        except json.JSONDecodeError:
-            found = None
-        if found != wanted:
-            problems.append(
-                f"--kv-transfer-config is {configs[0]}, not {json.dumps(wanted, sort_keys=True)} (the endpoint's "
-                "current identity directory; a pod from before the last change still uses the old one)"
-            )
-    algos = _flag_values(args, "--prefix-caching-hash-algo")
-    if algos != [VLLM_HASH_ALGO]:
-        problems.append(
-            f"--prefix-caching-hash-algo is {algos or 'unset'}, not [{VLLM_HASH_ALGO!r}] (another hash names other files)"
-        )
-    leftovers = sorted({str(e.get("name")) for e in env if str(e.get("name", "")).startswith("LMCACHE_")})
-    if leftovers:
-        problems.append(f"LMCache settings on a pod of vLLM's connector: {', '.join(leftovers)}")
-    if endpoint.cache.l2 == "curvine":
-        problems += _mount_problems(pod, container)
-    problems += _single_value(env, HASH_SEED_VAR, HASH_SEED, "block hashes differ per pod and cross-pod hits are zero")
-    return problems
+    return connector_for(endpoint).pod_problems(endpoint, pod, container, configmaps)
 
 
 def serving_container(endpoint: Endpoint, pod: Obj) -> Obj | None:
@@ -217,99 +135,12 @@ def serving_container(endpoint: Endpoint, pod: Obj) -> Obj | None:
     for container in containers:  # operator: the worker container is named after the endpoint; standalone: `engine`
         if container.get("name") in (endpoint.name, STANDALONE_CONTAINER):
             return container
+    prefixes = tuple(p for c in CONNECTORS for p in c.env_prefixes)
     for container in containers:
         names = {e.get("name", "") for e in container.get("env", [])}
-        if L2_MARKER in names or any(str(n).startswith("LMCACHE_") for n in names):
+        if L2_MARKER in names or any(str(n).startswith(prefixes) for n in names):
             return container
     return None
-
-
-def lmcache_file(
-    pod: Obj, container: Obj, env: Sequence[Obj], configmaps: Sequence[Obj]
-) -> tuple[Mapping[str, Any], list[str]]:
-    """The settings of the LMCache file the container names, when it comes from a ConfigMap volume."""
-    paths = [e.get("value") for e in env if e.get("name") == CONFIG_FILE_VAR]
-    if not paths:
-        return {}, []
-    path = str(paths[-1])
-    for mount in container.get("volumeMounts", []):
-        root = str(mount.get("mountPath", "")).rstrip("/")
-        if mount.get("subPath") or not path.startswith(root + "/"):
-            continue
-        relative = path[len(root) + 1 :]
-        volume: Obj = next(
-            (v for v in pod.get("spec", {}).get("volumes", []) if v.get("name") == mount.get("name")), {}
-        )
-        source = volume.get("configMap")
-        if not source:
-            break
-        key = next((i.get("key") for i in source.get("items", []) if i.get("path") == relative), relative)
-        configmap = next((c for c in configmaps if _name(c) == source.get("name")), None)
-        text = (configmap or {}).get("data", {}).get(key)
-        if text is None:
-            return {}, [f"{CONFIG_FILE_VAR} {path}: ConfigMap {source.get('name')} key {key} is missing"]
-        loaded = yaml.safe_load(text)
-        return (loaded if isinstance(loaded, Mapping) else {}), []
-    return {}, [f"{CONFIG_FILE_VAR} {path} is not on a ConfigMap volume kvtier can read"]
-
-
-def _url_problems(endpoint: Endpoint, env: Sequence[Obj], file: Mapping[str, Any]) -> list[str]:
-    urls = [e for e in env if e.get("name") == REMOTE_URL]
-    if len(urls) > 1:
-        shown = ", ".join(repr(e.get("value")) for e in urls)
-        return [f"{len(urls)} {REMOTE_URL} entries ({shown}); exactly one is needed"]
-    if urls and urls[0].get("value") is None:
-        return [f"{REMOTE_URL} comes from valueFrom, which kvtier cannot check; set a value"]
-    value = urls[0].get("value") if urls else file.get("remote_url")
-    if endpoint.cache.l2 == "none":
-        return [f"an L2 URL {value!r} is set although the endpoint has no L2"] if value else []
-    if value is None:
-        return [f"no {REMOTE_URL} (nor remote_url in the LMCache file); L2 is off"]
-    if endpoint.cache.l2 == "curvine":
-        wanted = l2_url(endpoint)
-        if value != wanted:
-            return [
-                f"{REMOTE_URL} is {value!r}, not this endpoint's L2 directory {wanted!r} (its current identity; a pod "
-                "from before the last change still reads the old directory until it is replaced)"
-            ]
-    elif not str(value).startswith(TIERED_STORAGE_SCHEME):
-        return [f"{REMOTE_URL} is {value!r}, not HyperPod tiered storage ({TIERED_STORAGE_SCHEME}...)"]
-    return []
-
-
-def _setting_problems(env: Sequence[Obj], file: Mapping[str, Any], key: str, wanted: str, why: str) -> list[str]:
-    """An LMCache setting: its variable if set (exactly once), else the file's value."""
-    name = env_name(key)
-    if any(e.get("name") == name for e in env):
-        return _single_value(env, name, wanted, why)
-    if key in file:
-        return (
-            [] if str(file[key]) == wanted else [f"{key} is {file[key]!r} in the LMCache file, not {wanted!r} ({why})"]
-        )
-    return [f"{name} is not set ({why})"]
-
-
-def _mount_problems(pod: Obj, container: Obj) -> list[str]:
-    volumes = {
-        v.get("name")
-        for v in pod.get("spec", {}).get("volumes", [])
-        if v.get("persistentVolumeClaim", {}).get("claimName") == L2_CLAIM
-    }
-    if not volumes:
-        return [f"no volume of claim {L2_CLAIM}"]
-    mounts = [m for m in container.get("volumeMounts", []) if m.get("mountPath") == L2_MOUNT_PATH]
-    if len(mounts) != 1 or mounts[0].get("name") not in volumes:
-        return [f"the {L2_CLAIM} volume is not mounted once at {L2_MOUNT_PATH}"]
-    return []
-
-
-def _single_value(env: Sequence[Obj], name: str, wanted: str, why: str) -> list[str]:
-    values = [e.get("value") for e in env if e.get("name") == name]
-    if values == [wanted]:
-        return []
-    if not values:
-        return [f"{name} is not set ({why})"]
-    return [f"{name} is {', '.join(repr(v) for v in values)}, not {wanted!r} ({why})"]
 
 
 # ---- Curvine -------------------------------------------------------------------------------------------------------

@@ -33,7 +33,9 @@ class TierModel:
     l2_hit_fixed_s: float = 0.0  # seconds an L2 hit costs beyond its bytes (per request that reads L2)
     replicas_per_node: int = 1  # replicas that share one node's NIC (GPUs per node / tensor_parallel)
     save_unfull_chunk: bool = SAVE_UNFULL_CHUNK  # LMCache stores the last partial chunk too (kvtier renders False)
-    chunk_unit: str = "LMCache chunk"  # what one L2 file is, for reports (kvtier.serving.l2_file_unit)
+    chunk_unit: str = (
+        "LMCache chunk"  # what one L2 file is, for reports (its connector's `file_unit`, kvtier/connectors/)
+    )
 
     def prefill_seconds(self, tokens: int) -> float:
         """Time to recompute `tokens` prompt tokens from scratch."""

@@ -6,6 +6,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
+from kvtier.connectors import connector_for
 from kvtier.planner.autoscaling import propose
 from kvtier.planner.cost import (
     FIXED_SOURCES,
@@ -23,7 +24,6 @@ from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
 from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
-from kvtier.serving import l2_file_tokens, l2_file_unit
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
@@ -78,7 +78,9 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
     share = l2_share(env, config.lobs, lob, endpoint)
-    chunk = l2_file_tokens(endpoint)  # one L2 file: LMCache's chunk, or a vLLM block (cache.connector: vllm)
+    connector = connector_for(endpoint)
+    unit = connector.file_unit(endpoint)  # one L2 file: LMCache's chunk, or a vLLM block (cache.connector: vllm)
+    chunk = unit.tokens
     has_l2 = tiers.has_l2
     break_even = tiers.l2_break_even_tokens()
     if not has_l2:
@@ -111,7 +113,11 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "max_model_len": endpoint.max_model_len,
         "weights": {"gib": model.weight_bytes / GIB, "gib_per_gpu": budget.weights_gib},
         "kv_bytes_per_token": model.kv_bytes_per_token,
-        "chunk": {"tokens": chunk, "bytes": chunk * model.kv_bytes_per_token, "unit": l2_file_unit(endpoint)},
+        "chunk": {
+            "tokens": chunk,
+            "bytes": chunk * connector.l2_bytes_per_token(endpoint, model),
+            "unit": unit.title,
+        },
         "l0": {
             "tokens_per_replica": tiers.l0_tokens,
             "gpu_gib": budget.memory_gib,

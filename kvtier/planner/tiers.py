@@ -11,12 +11,12 @@ from kvtier.catalog import GB, GIB, Model
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
+from kvtier.connectors import connector_for
 from kvtier.errors import UsageError
 from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
-from kvtier.serving import l2_file_tokens, l2_file_unit
 
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
@@ -74,22 +74,24 @@ def endpoint_tiers(
     budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
     speed = speeds(model, instance, tp)
     l1_bytes = (endpoint.cache.l1_gb if l1_gib is None else l1_gib) * GIB  # cache.l1_gb is GiB (LMCache's unit)
-    # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/serving.py).
+    # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/connectors/lmcache.py).
     # Every rank stores the same chunks, each with only its own KV heads (LMCache's kv_shape uses vLLM's per-GPU
     # head count), so the replica's L1 holds (l1 / tp) / (per-rank bytes per token) tokens: l1 / kv_bytes_per_token
     # when the KV heads divide evenly, fewer when TP exceeds the KV heads and ranks hold copies of a head.
     l1_tokens = int(l1_bytes / tp // budget.kv_bytes_per_token)
     share = l2_share(env, lobs, lob, endpoint)
     l2_bytes = share.bytes if l2_gb is None or share.backend == "none" else l2_gb * GB
+    connector = connector_for(endpoint)
+    unit = connector.file_unit(endpoint)  # LMCache's chunk, or vLLM's block on its own connector
     return TierModel(
         kv_bytes_per_token=kv,
-        chunk_tokens=l2_file_tokens(endpoint),  # LMCache's chunk, or vLLM's block on its own connector
-        chunk_unit=l2_file_unit(endpoint),
+        chunk_tokens=unit.tokens,
+        chunk_unit=unit.title,
         block_tokens=endpoint.block_size,
         replicas=endpoint.replicas if replicas is None else replicas,
         l0_tokens=budget.tokens,
         l1_tokens=l1_tokens,
-        l2_tokens=int(l2_bytes // kv),
+        l2_tokens=int(l2_bytes // connector.l2_bytes_per_token(endpoint, model)),
         l1_load_s_per_token=speed.l1_s_per_token,
         l2_load_s_per_token=speed.l2_s_per_token if share.backend != "none" else float("inf"),
         prefill_s_per_token=speed.prefill_s_per_token,

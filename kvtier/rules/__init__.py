@@ -21,7 +21,7 @@ from kvtier.rules.autoscaling import check_autoscaling
 from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
-from kvtier.rules.l2 import check_chunk_alignment, check_l2_pool, check_shared_model_ids, curvine_problems
+from kvtier.rules.l2 import check_connector, check_l2_pool, check_shared_model_ids, curvine_problems
 from kvtier.rules.models import check_context_length, check_pinned_weights, endpoint_models
 from kvtier.rules.node_fit import check_node_requests
 from kvtier.rules.routing import check_routing
@@ -41,7 +41,7 @@ def cross_check(
     for site in ctx.sites():
         placement = placement_problems(ctx, site)
         found.errors.extend(placement)
-        check_chunk_alignment(site, found)
+        check_connector(site, found)
         check_routing(site, found)
         check_autoscaling(ctx, site, found)
         check_tiered_storage(ctx, site, found)

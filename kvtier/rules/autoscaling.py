@@ -3,18 +3,34 @@ can ask, and a trigger on a metric the endpoint's engine does not export (docs/e
 
 from __future__ import annotations
 
-from kvtier.config.endpoint import Endpoint, PrometheusTrigger, SignalTrigger
+from kvtier.config.endpoint import PrometheusTrigger, SignalTrigger
 from kvtier.config.keda import signal_server
+from kvtier.connectors import CONNECTORS, connector_for
 from kvtier.errors import Problem
 from kvtier.rules.context import Context, Findings, Site
 from kvtier.versions import KEDA_VERSION
 
-LMCACHE_PREFIX = "lmcache:"  # every LMCache series (kvtier/k8s/observability/metrics.py)
 
-
-def _has_lmcache(endpoint: Endpoint) -> bool:
-    """LMCache runs (and exports its series) only with an L1 or an L2 (kvtier.serving.lmcache_config)."""
-    return endpoint.cache.l1_gb > 0 or endpoint.cache.l2 != "none"
+def _empty_query(site: Site, at: str, query: str) -> Problem | None:
+    """A query on a connector's own series that this endpoint's pods never export: another connector's, or its own
+    connector's when it does not run (LMCache without L1 and L2)."""
+    runs = connector_for(site.endpoint)
+    for connector in CONNECTORS:
+        if connector.series_prefix not in query:
+            continue
+        if connector is not runs:
+            why = f"this endpoint runs {runs.title}, not {connector.title}"
+        elif (reason := connector.no_series_reason(site.endpoint)) is not None:
+            why = reason
+        else:
+            continue
+        return Problem(
+            site.file,
+            site.at(f"{at}.query"),
+            f"the query reads {connector.title} series and {why}, so the query stays empty",
+            "query vLLM's own series (vllm:*) or a kvtier signal, or give the endpoint an L1 or L2",
+        )
+    return None
 
 
 def _keda_problem(ctx: Context, site: Site) -> Problem | None:
@@ -90,13 +106,5 @@ def check_autoscaling(ctx: Context, site: Site, found: Findings) -> None:
         if isinstance(trigger, SignalTrigger):
             if (problem := _signal_problem(ctx, site, at, trigger)) is not None:
                 found.errors.append(problem)
-        elif isinstance(trigger, PrometheusTrigger) and LMCACHE_PREFIX in trigger.query and not _has_lmcache(e):
-            found.errors.append(
-                Problem(
-                    site.file,
-                    site.at(f"{at}.query"),
-                    "the query reads LMCache series and this endpoint runs no LMCache (cache.l1_gb 0 and l2 none), "
-                    "so the query stays empty",
-                    "query vLLM's own series (vllm:*) or a kvtier signal, or give the endpoint an L1 or L2",
-                )
-            )
+        elif isinstance(trigger, PrometheusTrigger) and (problem := _empty_query(site, at, trigger.query)):
+            found.errors.append(problem)

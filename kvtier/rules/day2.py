@@ -11,7 +11,7 @@ Refused unless `--allow-replacement`:
 Reported, never refused: a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
 may scale it to one pod once before KEDA's autoscaler takes over; Kubernetes "Migrating Deployments and StatefulSets
 to horizontal autoscaling", docs/references.md "Issue 27 (part A)"); an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
-image and its LMCache, ...: kvtier/serving.py). Its pods move to a new, empty L2 directory, so its L2 starts cold;
+image and its LMCache, ...: kvtier/connectors/). Its pods move to a new, empty L2 directory, so its L2 starts cold;
 the old one is left to the janitor. The notice names each fact that moved, with its old and new value.
 """
 
@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvtier.connectors import CONNECTORS, identity_connector
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
 
 HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
-DEFAULT_CONNECTOR = "lmcache"  # an identity without a `connector` fact is LMCache's (kvtier/serving.py)
 HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
 CURVINE_MASTERS = ("StatefulSet", "curvine", "curvine-master")
 IEC_KIND = "InferenceEndpointConfig"
@@ -209,20 +209,21 @@ def cold_starts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, An
     return changes
 
 
-# What a changed fact means for the operator reading the notice (the facts: kvtier/serving.py l2_identity_facts).
-FACT_MEANING = {
+# What a changed fact means for the operator reading the notice (the facts: each connector's `identity_facts`,
+# kvtier/connectors/; the facts only one connector has are explained by it).
+FACT_MEANING: dict[str, str] = {
     "schema": "kvtier's identity format changed (once, with a kvtier upgrade)",
     "image": "a new vLLM image",
-    "lmcache": "another LMCache version in the image",
     "weights": "other weights",
     "weights_version": "other weights",
+    **{fact: meaning for c in CONNECTORS for fact, meaning in c.fact_meanings.items()},
 }
 
 
 def _why(old: dict[str, Any], new: dict[str, Any]) -> str:
     """`<fact> changed (<before> -> <after>: <meaning>)` for every fact that differs; `unset` for an absent one. A
     connector change is said alone: the two connectors' facts differ as a whole (LMCache identities have none)."""
-    before, after = (f.get("connector", DEFAULT_CONNECTOR) for f in (old, new))
+    before, after = (identity_connector(f) for f in (old, new))
     if before != after:
         return (
             f"connector changed ({before} -> {after}: the two connectors' L2 files are not interchangeable, so none "

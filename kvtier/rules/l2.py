@@ -1,5 +1,5 @@
-"""The L2 pool: Curvine workers on the NVMe and masters on distinct nodes, the LOBs' budgets against the pool, chunks
-that line up with vLLM blocks, and endpoints that share a model but not a cache."""
+"""The L2 pool: Curvine workers on the NVMe and masters on distinct nodes, the LOBs' budgets against the pool, what
+each endpoint's L2 connector refuses, and endpoints that share a model but not a cache."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from kvtier.catalog import GB, Model
 from kvtier.config.curvine import DECIMAL_GB, NVME_USABLE_FRACTION, curvine_gb_bytes, max_worker_data_gb
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
+from kvtier.connectors import connector_for
 from kvtier.errors import Problem
 from kvtier.planner.speed import speeds
 from kvtier.rules.context import Context, Findings, Site
@@ -62,19 +63,11 @@ def curvine_problems(env: Environment, file: str = "") -> list[Problem]:
     return check_worker_fits(env, file) + check_masters_fit(env, file)
 
 
-def check_chunk_alignment(site: Site, found: Findings) -> None:
-    e = site.endpoint
-    # vLLM's own connector stores whole vLLM blocks (one fs-tier file per block): LMCache's chunk size is unused.
-    if e.cache.connector == "lmcache" and e.cache.chunk_size % e.block_size:
-        found.errors.append(
-            Problem(
-                site.file,
-                site.at("cache.chunk_size"),
-                f"{e.cache.chunk_size} is not a multiple of the vLLM block size {e.block_size}: LMCache chunks "
-                "would not line up with vLLM's blocks",
-                f"use a multiple of {e.block_size}, like 256",
-            )
-        )
+def check_connector(site: Site, found: Findings) -> None:
+    """What the endpoint's L2 connector cannot serve as configured, as it says (kvtier/connectors/: LMCache's chunks
+    that do not line up with vLLM's blocks, vLLM's connector in operator mode or without its CPU tier, ...)."""
+    for refusal in connector_for(site.endpoint).refusals(site.endpoint):
+        found.errors.append(Problem(site.file, site.at(refusal.field), refusal.problem, refusal.fix))
     # One hash seed: every pod kvtier renders gets PYTHONHASHSEED=0 (kvtier/serving.py) and no endpoint setting
     # can change it, so the seed agrees by construction; the chart tests and `kvtier verify` check the pods.
 

@@ -155,7 +155,7 @@ def _save(figure: Any, path: Path) -> Path:
 
 def window_p90(served: Sequence[tuple[float, float]], window_s: float) -> tuple[list[float], list[float]]:
     """TTFT p90 of the requests arriving in each `window_s` window (window midpoints, p90s); empty windows skipped."""
-    from kvtier.bench.stats import percentile
+    from kvtier.stats import percentile
 
     groups: dict[int, list[float]] = {}
     for arrival, ttft in served:

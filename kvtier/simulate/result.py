@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvtier.bench.stats import percentile
+from kvtier.stats import percentile
 
 TIERS = ("l0", "l1", "l2_same", "l2_other")  # L2 split by who wrote the chunk: this replica or another
 

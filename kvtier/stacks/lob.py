@@ -18,6 +18,7 @@ from constructs import Construct
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
+from kvtier.connectors import l2_subdir
 from kvtier.constructs.manifests import apply_chart
 from kvtier.constructs.model_access import ModelReaderRole, s3_models
 from kvtier.constructs.observability import AmpRules
@@ -37,7 +38,7 @@ from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
 from kvtier.naming import l2_lob_path, lob_namespace
 from kvtier.planner.pool_routing import endpoint_knobs
-from kvtier.serving import L2_CLAIM, l2_subdir
+from kvtier.serving import L2_CLAIM
 from kvtier.stacks.base import KvtierStack
 
 LOB_TAG = "kvtier:line-of-business"

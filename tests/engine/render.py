@@ -3,7 +3,7 @@
 Two renderings of one endpoint:
 - `standalone`: the Deployment's vLLM container (args, env) and the LMCache ConfigMap file it mounts
   (kvtier/k8s/standalone.py);
-- `operator`: the worker env kvtier gives the operator (kvtier/k8s/operator_endpoint.py::worker_env) with the
+- `operator`: the worker env kvtier gives the operator (kvtier/k8s/operator_endpoint.py::worker_env, kvtier/connectors/lmcache.py) with the
   per-LOB Kyverno Policy's mutation applied, merged by name as Kyverno's strategic merge does (kyverno_policy.py).
 
 `localize` then turns a rendering into a process on this machine, changing only what cannot exist here, each change
@@ -27,6 +27,7 @@ import yaml
 from kvtier import serving
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
+from kvtier.connectors import lmcache
 
 URL_PREFIX = "fs://localhost:0"
 L1_GIB = 1  # pinned host memory per engine; the example's 24 GiB would not fit this machine next to other engines
@@ -67,8 +68,8 @@ class Rendered:
         if config_file is not None:
             settings |= yaml.safe_load(self.files[config_file]) or {}
         for name, value in self.env.items():
-            if name.startswith(serving.ENV_PREFIX) and name not in ("LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE"):
-                settings[name.removeprefix(serving.ENV_PREFIX).lower()] = value
+            if name.startswith(lmcache.ENV_PREFIX) and name not in ("LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE"):
+                settings[name.removeprefix(lmcache.ENV_PREFIX).lower()] = value
         return settings
 
     @property
@@ -89,15 +90,15 @@ def endpoint_of(config: Config, lob: str, name: str) -> Endpoint:
 
 
 def standalone(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
-    from kvtier.k8s.standalone import engine_deployment, lmcache_config_map
+    from kvtier.k8s.standalone import engine_config_map, engine_deployment
 
     pod = engine_deployment(config.env, lob, endpoint)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     files: dict[str, str] = {}
     config_maps = {v["configMap"]["name"]: v["name"] for v in pod["volumes"] if "configMap" in v}
-    config_map = lmcache_config_map(lob, endpoint)
-    volume = config_maps.get(config_map["metadata"]["name"])  # none with vLLM's own connector
-    if volume is not None:
+    config_map = engine_config_map(lob, endpoint)  # none with vLLM's own connector
+    volume = config_maps.get(config_map["metadata"]["name"]) if config_map is not None else None
+    if config_map is not None and volume is not None:
         mount = next(m["mountPath"] for m in container["volumeMounts"] if m["name"] == volume)
         for key, text in config_map["data"].items():
             files[f"{mount}/{key}"] = text
@@ -197,7 +198,7 @@ def localize(
     env = dict(rendered.env)
     l2_dir: Path | None = None
     files: dict[Path, str] = {}
-    url_key = serving.env_name("remote_url")
+    url_key = lmcache.env_name("remote_url")
     for name, value in list(env.items()):
         if name == url_key:
             env[name], l2_dir = paths.url(value)
@@ -213,8 +214,8 @@ def localize(
         if "max_local_cpu_size" in settings:
             settings["max_local_cpu_size"] = L1_GIB
         files[paths(path)] = yaml.safe_dump(settings, sort_keys=True)
-    if serving.env_name("max_local_cpu_size") in env:
-        env[serving.env_name("max_local_cpu_size")] = str(L1_GIB)
+    if lmcache.env_name("max_local_cpu_size") in env:
+        env[lmcache.env_name("max_local_cpu_size")] = str(L1_GIB)
     # The test-only adapter first, then what kvtier puts on the path (the folder of its connector module).
     env |= CPU_ENV | {"PYTHONPATH": os.pathsep.join([str(adapter_dir), *filter(None, [env.get("PYTHONPATH")])])}
     env |= env_overrides or {}

@@ -28,11 +28,11 @@ from typing import Any
 import httpx
 
 from kvtier import serving
-from kvtier.bench.stats import percentile
 from kvtier.bench.testserver import free_port
 from kvtier.k8s.router import router_args
 from kvtier.planner.pool_routing import endpoint_knobs
 from kvtier.rules import load_checked
+from kvtier.stats import percentile
 from kvtier.versions import ROUTER_POLICY
 from tests.engine import render
 from tests.engine.engines import Engine, EngineError, Engines

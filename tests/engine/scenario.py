@@ -32,6 +32,7 @@ from kvtier.bench.prompts import VOCAB
 from kvtier.bench.testserver import free_port
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
+from kvtier.connectors import lmcache
 from kvtier.ops.probe import Pod, ProbeTiming, probe_all
 from kvtier.rules import load_checked
 from tests.engine import render
@@ -134,37 +135,27 @@ def broken(what: str | None) -> Iterator[None]:
         return
     if what not in BREAKS:
         raise ValueError(f"KVTIER_ENGINE_BREAK={what!r}: use one of {', '.join(BREAKS)}")
-    saved = serving.HASH_SEED, serving.l2_dir_url, serving.lmcache_config
-    original_config = serving.lmcache_config
+    # The LMCache connector module renders every LMCache setting (the ConfigMap, the operator env and the Kyverno
+    # rewiring: kvtier/connectors/lmcache.py); the seed is the one both share (kvtier/serving.py).
+    saved = serving.HASH_SEED, lmcache.l2_dir_url, lmcache.lmcache_config
+    original_config = lmcache.lmcache_config
     try:
         if what == "hash-seed":
-            serving.HASH_SEED = "random"  # Python then picks a per-process seed, as with none at all
+            # Python then picks a per-process seed, as with none at all
+            serving.HASH_SEED = "random"
         elif what == "l2-url":
             # Every L2 URL kvtier renders (ConfigMap, operator env, Kyverno rewiring) comes from l2_dir_url.
-            serving.l2_dir_url = lambda subdir, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{subdir}/"
+            lmcache.l2_dir_url = lambda subdir, *a, **k: f"fs://localhost:0/var/cache/kvtier-l2/{subdir}/"
         else:
 
             def doubled(*args: Any, **kwargs: Any) -> dict[str, Any]:
                 config = original_config(*args, **kwargs)
                 return config | {"chunk_size": config["chunk_size"] * 2} if config else config
 
-            serving.lmcache_config = doubled
-        import kvtier.k8s.operator_endpoint as operator_module
-        import kvtier.k8s.standalone as standalone_module
-
-        patched_modules = [standalone_module, operator_module]
-        previous = [getattr(m, "lmcache_config", None) for m in patched_modules]
-        for module in patched_modules:
-            if hasattr(module, "lmcache_config"):
-                module.lmcache_config = serving.lmcache_config  # type: ignore[attr-defined]
-        try:
-            yield
-        finally:
-            for module, value in zip(patched_modules, previous, strict=True):
-                if value is not None:
-                    module.lmcache_config = value  # type: ignore[attr-defined]
+            lmcache.lmcache_config = doubled
+        yield
     finally:
-        serving.HASH_SEED, serving.l2_dir_url, serving.lmcache_config = saved
+        serving.HASH_SEED, lmcache.l2_dir_url, lmcache.lmcache_config = saved
 
 
 def other_identity(endpoint: Endpoint) -> tuple[Endpoint, str]:

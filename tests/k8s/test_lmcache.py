@@ -21,19 +21,13 @@ from hypothesis import strategies as st
 
 from kvtier.config.endpoint import CacheConfig, L2Backend
 from kvtier.config.loader import Config
+from kvtier.connectors.lmcache import LMCACHE, env_name, lmcache_config, lmcache_env, rewire_env
 from kvtier.k8s.kyverno_policy import l2_policy
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.k8s.router import router_objects
-from kvtier.k8s.standalone import endpoint_lmcache_config, engine_deployment
+from kvtier.k8s.standalone import engine_deployment
 from kvtier.rules import load_checked
-from kvtier.serving import (
-    L2_STAGING_GB,
-    env_name,
-    l1_pinned_gib,
-    lmcache_config,
-    lmcache_env,
-    rewire_env,
-)
+from kvtier.serving import L2_STAGING_GB, l1_pinned_gib
 from kvtier.versions import STANDALONE_LMCACHE_VERSION
 from tests.support import CONFIG_DIR, ROOT
 
@@ -216,7 +210,7 @@ def test_every_emitted_lmcache_variable_is_read_by_lmcache(prod: Config) -> None
 def test_standalone_config_map_matches_what_lmcache_reads(prod: Config, tmp_path: Path, lmcache_log: Records) -> None:
     for lob in prod.lobs:
         for endpoint in lob.endpoints:
-            config = endpoint_lmcache_config(endpoint)
+            config = LMCACHE.settings(endpoint)
             if not config:
                 continue
             parsed = _parse_file(tmp_path, config)

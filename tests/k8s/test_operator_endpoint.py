@@ -22,11 +22,11 @@ from kvtier.config.endpoint import (
     S3Model,
 )
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_identity
 from kvtier.k8s.endpoint_names import endpoint_url, operator_router_pod_label
 from kvtier.k8s.operator_endpoint import inference_endpoint_config, model_name, operator_router_service
 from kvtier.naming import L2_IDENTITY_ANNOTATION
 from kvtier.rules import load_checked
-from kvtier.serving import l2_identity
 from kvtier.sizing import worker_size
 from kvtier.versions import OPERATOR_VLLM_IMAGE
 from tests.support import CONFIG_DIR, shared_path

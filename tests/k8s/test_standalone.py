@@ -12,14 +12,15 @@ import yaml
 
 from kvtier.config.endpoint import CacheConfig, Endpoint, S3Model
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_identity
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.endpoint_names import endpoint_url, router_service_name
 from kvtier.k8s.router import add_router, router_objects
-from kvtier.k8s.standalone import add_standalone_engine, engine_deployment, lmcache_config_map
+from kvtier.k8s.standalone import add_standalone_engine, engine_deployment
 from kvtier.naming import MODEL_READER_SA
 from kvtier.rules import load_checked
-from kvtier.serving import l2_identity
 from kvtier.versions import ROUTER_IMAGE, ROUTER_POLICY, STANDALONE_VLLM_IMAGE
+from tests.support import lmcache_config_map
 from tests.validation import validate_k8s
 
 ROUTINGS = ["prefixaware", "session", "roundrobin"]  # kvaware: refused in standalone mode (rules)

@@ -12,10 +12,10 @@ import pytest
 from kvtier import serving
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_identity, l2_identity_facts, l2_subdir
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.standalone import SHM_GIB, add_standalone_engine, engine_deployment
 from kvtier.rules import load_checked
-from kvtier.serving import l2_identity, l2_identity_facts, l2_subdir
 from kvtier.versions import NATIVE_VLLM_IMAGE, NATIVE_VLLM_VERSION
 from tests.support import CONFIG_DIR
 from tests.validation import validate_k8s
@@ -129,7 +129,7 @@ def test_chunk_size_does_not_apply_to_vllms_connector(prod: Config) -> None:
 
 def test_lmcache_endpoints_render_as_before(prod: Config) -> None:
     args = _container(prod, _lmcache(prod))["args"]
-    # kvtier's tag-stripping subclass of vLLM's LMCache connector (kvtier/k8s/plugins/kvtier_lmcache.py)
+    # kvtier's tag-stripping subclass of vLLM's LMCache connector (kvtier/connectors/plugins/kvtier_lmcache.py)
     assert json.loads(_flag(args, "--kv-transfer-config"))["kv_connector"] == "KvtierLMCacheConnectorV1"
     assert "--prefix-caching-hash-algo" not in args
     assert CacheConfig().connector == "lmcache"

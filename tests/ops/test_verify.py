@@ -14,15 +14,16 @@ from urllib3.exceptions import MaxRetryError
 
 from kvtier.cli import main as cli
 from kvtier.config.loader import Config
+from kvtier.connectors import l2_subdir
+from kvtier.connectors.lmcache import LMCACHE, rewire_env
 from kvtier.errors import UnavailableError
 from kvtier.k8s.operator_endpoint import worker_env
 from kvtier.k8s.placement import node_selector
-from kvtier.k8s.standalone import engine_deployment, lmcache_config_map
+from kvtier.k8s.standalone import engine_deployment
 from kvtier.ops import kube
 from kvtier.ops.verify import Finding, Snapshot, pod_problems, verify
 from kvtier.rules import load_checked
-from kvtier.serving import l2_subdir, l2_url, rewire_env
-from tests.support import CONFIG_DIR
+from tests.support import CONFIG_DIR, lmcache_config_map
 
 FIXTURES = Path(__file__).parent / "fixtures" / "verify"
 
@@ -60,7 +61,7 @@ def test_broken_cluster_reports_each_silent_failure(dev: Config) -> None:
     first = problems["retail/qwen3-8b pod qwen3-8b-7d9f8c6b5-k2x9p"]
     assert "2 LMCACHE_REMOTE_URL entries" in first and "sagemaker-hyperpod://" in first
     second = problems["retail/qwen3-8b pod qwen3-8b-7d9f8c6b5-m4q7z"]
-    assert f"not this endpoint's L2 directory '{l2_url(dev.lobs[0].endpoints[0])}'" in second
+    assert f"not this endpoint's L2 directory '{LMCACHE.l2_url(dev.lobs[0].endpoints[0])}'" in second
     assert "not mounted once at /mnt/kvtier/l2" in second
     assert "PYTHONHASHSEED is not set" in second
     assert "LMCACHE_REMOTE_SERDE is 'cachegen'" in second
@@ -150,7 +151,7 @@ def test_a_pod_left_on_an_old_identity_is_reported(dev: Config) -> None:
     volumes = [{"name": "kvtier-l2", "persistentVolumeClaim": {"claimName": "l2-cache"}}]
     assert pod_problems(old, _pod([container], volumes)) == []
     (problem,) = pod_problems(endpoint, _pod([container], volumes))
-    assert l2_url(old) in problem and l2_url(endpoint) in problem and "current identity" in problem
+    assert LMCACHE.l2_url(old) in problem and LMCACHE.l2_url(endpoint) in problem and "current identity" in problem
 
 
 def test_a_standalone_pod_as_the_chart_renders_it_passes(dev: Config) -> None:

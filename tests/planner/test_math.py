@@ -282,10 +282,10 @@ def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
     import yaml
 
     from kvtier.config.endpoint import CacheConfig
+    from kvtier.connectors.lmcache import env_name
     from kvtier.k8s.operator_endpoint import worker_env
-    from kvtier.k8s.standalone import lmcache_config_map
+    from kvtier.k8s.standalone import engine_config_map
     from kvtier.planner.host import pod_memory
-    from kvtier.serving import env_name
     from kvtier.sizing import worker_size
 
     config = load_checked(CONFIG_DIR, "dev")
@@ -302,7 +302,8 @@ def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
             }
             changed = endpoint.model_copy(update=update)
             if mode == "standalone":
-                settings = yaml.safe_load(lmcache_config_map("retail", changed)["data"]["lmcache.yaml"])
+                config_map = engine_config_map("retail", changed)  # none without L1 and L2
+                settings = yaml.safe_load(config_map["data"]["lmcache.yaml"]) if config_map else {}
                 per_rank = float(settings.get("max_local_cpu_size", 0.0))
             else:
                 variables = {v["name"]: v["value"] for v in worker_env(changed)}

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import yaml
 
-from kvtier import serving
 from kvtier.cli import main as cli
-from kvtier.config.endpoint import DEFAULT_IMAGES
+from kvtier.connectors import lmcache
+from kvtier.connectors.lmcache import DEFAULT_IMAGES, IMAGE_LMCACHE_VERSIONS
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
 from kvtier.rules.day2 import CURVINE_MASTERS, IEC_KIND, autoscaler_handovers, cold_starts, compare, manifests
 from kvtier.versions import OPERATOR_LMCACHE_VERSION, OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
@@ -238,8 +238,8 @@ def test_a_standalone_pin_bump_starts_only_standalone_endpoints_cold(
     endpoint starts cold, the operator endpoints (their image is the operator's) keep their warm L2."""
     bumped = "lmcache/vllm-openai:v0.5.6"
     monkeypatch.setitem(DEFAULT_IMAGES, "standalone", bumped)
-    versions = {k: v for k, v in serving.IMAGE_LMCACHE_VERSIONS.items() if k != STANDALONE_VLLM_IMAGE}
-    monkeypatch.setattr(serving, "IMAGE_LMCACHE_VERSIONS", {**versions, bumped: "0.5.6"})
+    versions = {k: v for k, v in IMAGE_LMCACHE_VERSIONS.items() if k != STANDALONE_VLLM_IMAGE}
+    monkeypatch.setattr(lmcache, "IMAGE_LMCACHE_VERSIONS", {**versions, bumped: "0.5.6"})
     assert cli(["validate", "-e", "prod", "--config-dir", str(config_copy), "--previous", str(prod.outdir)]) == 0
     notices = [line for line in capsys.readouterr().err.splitlines() if line.startswith("notice:")]
     assert len(notices) == 1, notices

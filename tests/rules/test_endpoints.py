@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kvtier.connectors import engine_image
 from kvtier.errors import ConfigError
 from kvtier.rules import load_checked
 from kvtier.versions import OPERATOR_VLLM_IMAGE, STANDALONE_VLLM_IMAGE
@@ -24,9 +25,9 @@ def test_examples_load_with_reference_defaults() -> None:
     retail = config.lob("retail").endpoints[0]
     support = config.lob("support").endpoints[0]
     assert (retail.mode, retail.routing, retail.cache.l2) == ("operator", "prefixaware", "curvine")
-    assert retail.container_image == OPERATOR_VLLM_IMAGE
+    assert engine_image(retail) == OPERATOR_VLLM_IMAGE
     assert (support.mode, support.routing) == ("standalone", "session")
-    assert support.container_image == STANDALONE_VLLM_IMAGE
+    assert engine_image(support) == STANDALONE_VLLM_IMAGE
 
 
 def _edit(config_dir: Path, lob: str, edit: Edit) -> None:

@@ -137,6 +137,17 @@ def test_example_environments_pass_every_curvine_check(name: str) -> None:
     assert curvine_problems(env) == []
 
 
+def test_loader_refuses_a_worker_larger_than_the_nvme(config_copy: Path) -> None:
+    """The Curvine charts render what they are given (kvtier/k8s/curvine/charts.py): the loader is what refuses a pool
+    the nodes cannot hold, before any chart is built."""
+    path = config_copy / "environments" / "dev.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["curvine"]["worker_data_gb"] = 5000
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"curvine\.worker_data_gb: 5000 GB"):
+        load_checked(config_copy, "dev")
+
+
 def test_loader_reports_an_even_master_count_with_file_and_field(config_copy: Path) -> None:
     path = config_copy / "environments" / "prod.yaml"
     data = yaml.safe_load(path.read_text())

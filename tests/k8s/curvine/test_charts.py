@@ -17,7 +17,6 @@ from kubernetes.utils.quantity import parse_quantity
 from kvtier.config.curvine import CurvineConfig, cpu_millis, memory_bytes
 from kvtier.config.environment import Environment
 from kvtier.config.hyperpod import ROLE_LABEL, Role
-from kvtier.errors import ConfigError
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine import (
     PV_CAPACITY,
@@ -355,13 +354,6 @@ def test_a_config_change_rolls_masters_and_workers() -> None:
     before, after = digests(list(objects("dev"))), digests(built(bigger))
     assert before[0] == before[1] and after[0] == after[1]
     assert before != after
-
-
-def test_charts_refuse_an_environment_whose_nvme_is_too_small() -> None:
-    env = env_named("dev")
-    too_big = env.model_copy(update={"curvine": CurvineConfig(worker_data_gb=5000)})
-    with pytest.raises(ConfigError, match=r"curvine\.worker_data_gb: 5000 GB"):
-        curvine_charts(chart_app(), too_big)
 
 
 def test_the_node_fit_shares_are_the_requests_the_charts_render() -> None:

@@ -1,4 +1,4 @@
-"""kvtier's LMCache connector module (kvtier/k8s/plugins/kvtier_lmcache.py) and how standalone endpoints ship it:
+"""kvtier's LMCache connector module (kvtier/connectors/plugins/kvtier_lmcache.py) and how standalone endpoints ship it:
 the tag stripping itself, and the wiring vLLM needs to import it in the pod. The real engines run it in
 tests/engine/test_client_tags.py."""
 
@@ -15,15 +15,17 @@ from typing import Any
 import pytest
 
 from kvtier.config.loader import Config
-from kvtier.k8s import standalone
-from kvtier.k8s.plugins import (
+from kvtier.connectors import lmcache
+from kvtier.connectors.plugins import (
     LMCACHE_CONNECTOR_CLASS,
     LMCACHE_CONNECTOR_FILE,
     LMCACHE_CONNECTOR_MODULE,
     kvtier_lmcache,
     plugin_text,
 )
+from kvtier.k8s import standalone
 from kvtier.rules import load_checked
+from tests.support import lmcache_config_map
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +83,7 @@ def test_the_pod_imports_the_connector_vllm_is_told_to_load(prod: Config, tmp_pa
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     volume = next(v for v in pod["volumes"] if v.get("configMap", {}).get("name") == f"{endpoint.name}-lmcache")
     assert mounts[volume["name"]] == env["PYTHONPATH"]  # the folder vLLM imports from holds the ConfigMap
-    data = standalone.lmcache_config_map("support", endpoint)["data"]
+    data = lmcache_config_map("support", endpoint)["data"]
     assert config["kv_connector_module_path"] == LMCACHE_CONNECTOR_MODULE
     assert data[f"{config['kv_connector_module_path']}.py"] == plugin_text(LMCACHE_CONNECTOR_FILE)
     (tmp_path / LMCACHE_CONNECTOR_FILE).write_text(data[LMCACHE_CONNECTOR_FILE], encoding="utf-8")
@@ -103,5 +105,5 @@ def test_a_new_connector_module_rolls_the_pods(prod: Config, monkeypatch: pytest
         return value
 
     before = digest()
-    monkeypatch.setattr(standalone, "plugin_text", lambda name: plugin_text(name) + "\n# changed\n")
+    monkeypatch.setattr(lmcache, "plugin_text", lambda name: plugin_text(name) + "\n# changed\n")
     assert digest() != before

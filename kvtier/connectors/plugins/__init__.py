@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from kvtier.k8s.plugins import kvtier_lmcache
+from kvtier.connectors.plugins import kvtier_lmcache
 
 LMCACHE_CONNECTOR_MODULE = "kvtier_lmcache"  # the module name vLLM imports (`kv_connector_module_path`)
 LMCACHE_CONNECTOR_FILE = f"{LMCACHE_CONNECTOR_MODULE}.py"
