@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 GIB = 1024**3
 GB = 1000**3
@@ -57,15 +57,15 @@ L2_FUSE_CAP_GBPS = Fact(
     "9.60 GiB/s); used as the ceiling of the FUSE path on instances with faster networks (assumption)",
 )
 L2_HIT_FIXED_S = Fact(
-    0.128,
+    0.102,
     "seconds per L2 hit",
     "calibrated from the AWS/Curvine blog's prompt sweep on ml.g5.4xlarge (A10G; Qwen2-7B, Pod A writes, Pod B "
     "reads): its 287 ms from L2 at 2,500 tokens, less four decode steps (5 output tokens; each reads the 15.2 GB of "
-    "weights at the A10G's 600 GB/s: 101 ms), the last token's prefill and the bytes at the 25 Gbps burst rate x "
-    "l2_network_efficiency, leaves 0.128 s per hit (LMCache's lookup of each chunk over FUSE, retrieve "
-    "synchronisation); docs/planning.md derives it. A host-side path, so assumed the same on other GPUs (UNVERIFIED); "
-    "measure it as the TTFT of an L2 hit minus the bytes' transfer time and set "
-    "catalog_overrides.<type>.l2_hit_fixed_s",
+    "weights at the A10G's 600 GB/s: 101 ms), the last token's forward pass (the weights read once, 25 ms, and its "
+    "FLOPs) and the bytes at the 25 Gbps burst rate x l2_network_efficiency, leaves 0.102 s per hit (LMCache's "
+    "lookup of each chunk over FUSE, retrieve synchronisation); docs/planning.md derives it. A host-side path, so "
+    "assumed the same on other GPUs (UNVERIFIED); measure it as the TTFT of an L2 hit minus the bytes' transfer time "
+    "and the last token's forward pass, and set catalog_overrides.<type>.l2_hit_fixed_s",
 )
 SINGLE_FLOW_GBPS = Fact(
     5.0,
@@ -240,6 +240,10 @@ class Gpu:
     bf16_dense_tflops: float
     host_to_gpu_gbps: float  # practical host-to-device copy bandwidth, GB/s
     sources: Mapping[str, str]
+    # Memory bandwidth, decimal GB/s: a forward pass reads every weight once (issue 36's TTFT floor).
+    memory_gbps: float = 0.0
+    # Dense FP8 tensor-core peak (issue 36): what an FP8 checkpoint's matmuls run at; None: no FP8 tensor cores.
+    fp8_dense_tflops: float | None = None
     unverified: frozenset[str] = frozenset()
     as_of: str = COLLECTED
 
@@ -250,7 +254,12 @@ GPUS: Mapping[str, Gpu] = {
         memory_gib=44.4,
         bf16_dense_tflops=362.05,
         host_to_gpu_gbps=25.0,
+        fp8_dense_tflops=733.0,
+        memory_gbps=864.0,
         sources={
+            "memory_gbps": "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): 48 GB GDDR6, 864 GB/s",
+            "fp8_dense_tflops": "NVIDIA L40S datasheet (nvidia.com/en-us/data-center/l40s): FP8 Tensor Core 733 TFLOPS "
+            "dense, 1,466 with sparsity (Ada Lovelace fourth-generation tensor cores)",
             "memory_gib": "reference curvine-lmcache.md 3 (one L40S: about 44.4 GiB visible)",
             "bf16_dense_tflops": "reference curvine-lmcache.md 4.2 ([3P] reprints of the NVIDIA L40S datasheet)",
             "host_to_gpu_gbps": "reference curvine-lmcache.md 4.2 (PCIe Gen4 x16, about 25 GB/s practical: UNVERIFIED)",
@@ -262,12 +271,18 @@ GPUS: Mapping[str, Gpu] = {
         memory_gib=22.0,
         bf16_dense_tflops=70.0,
         host_to_gpu_gbps=25.0,
+        memory_gbps=600.0,
         sources={
+            "memory_gbps": "[3P] baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference (A10G: 600 GB/s, shared "
+            "with the A10)",
             "memory_gib": "24 GB GDDR6 (baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference); nvidia-smi shows "
             "about 23,028 MiB, of which CUDA sees about 22 GiB: UNVERIFIED",
             "bf16_dense_tflops": "[3P] baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference (A10G: 70 TFLOPS "
             "FP16/BF16 tensor, dense; the A10 has 125); NVIDIA publishes no A10G datasheet: UNVERIFIED",
             "host_to_gpu_gbps": "PCIe Gen4 x16, about 25 GB/s practical: UNVERIFIED",
+            "fp8_dense_tflops": "None: the A10G is Ampere (GA102), whose tensor cores have no FP8 (NVIDIA Ampere GA102 "
+            "whitepaper: FP16, BF16, TF32, INT8, INT4; FP8 arrives with Ada and Hopper); vLLM runs FP8 checkpoints "
+            "there as weight-only FP8 (Marlin), matmuls in 16 bits",
         },
         unverified=frozenset({"memory_gib", "bf16_dense_tflops", "host_to_gpu_gbps"}),
     ),
@@ -276,7 +291,11 @@ GPUS: Mapping[str, Gpu] = {
         memory_gib=79.1,
         bf16_dense_tflops=989.4,
         host_to_gpu_gbps=50.0,
+        fp8_dense_tflops=1978.9,
+        memory_gbps=3350.0,
         sources={
+            "memory_gbps": "NVIDIA H100 SXM5 datasheet: 3.35 TB/s HBM3",
+            "fp8_dense_tflops": "NVIDIA H100 datasheet: FP8 Tensor Core 3,958 TFLOPS with sparsity, half dense",
             "memory_gib": "NVIDIA H100 SXM5 80 GB HBM3 (81,559 MiB reported by nvidia-smi); UNVERIFIED here",
             "bf16_dense_tflops": "NVIDIA H100 datasheet: BF16 Tensor Core 1,979 TFLOPS with sparsity, half dense",
             "host_to_gpu_gbps": "PCIe Gen5 x16 (64 GB/s per direction), about 50 GB/s practical: UNVERIFIED",
@@ -395,11 +414,12 @@ _G5_REGIONS = frozenset(
 )
 # Prefill on A10G, fitted to the blog's cold TTFT with its decode steps taken out (docs/planning.md).
 G5_PREFILL_MFU = Fact(
-    0.83,
+    0.75,
     "fraction of dense BF16 peak",
     "calibrated: the AWS/Curvine blog's 774 ms cold at 2,500 tokens on ml.g5.4xlarge, less four decode steps (101 "
-    "ms: 5 output tokens, weights read at 600 GB/s), is the prefill, 0.83 of the A10G's 70 TFLOPS (UNVERIFIED); "
-    "docs/planning.md derives it",
+    "ms: 5 output tokens, weights read at 600 GB/s) and the forward pass's weight read (25 ms), is the prefill's "
+    "FLOPs: Qwen2-7B's 6.51 B computed parameters (7.6 B less the embedding and the LM head, issue 36) reach 0.75 "
+    "of the A10G's 70 TFLOPS (UNVERIFIED); docs/planning.md derives it",
 )
 
 
@@ -551,6 +571,42 @@ def with_overrides(instance: InstanceType, overrides: Mapping[str, float | int])
     return replace(instance, sources=sources, **changed)  # type: ignore[arg-type]
 
 
+# --- Model shape (issue 36) -----------------------------------------------------------------------------------------
+# The weight formats kvtier plans: bytes per quantized parameter and vLLM's `--quantization` name (None: no flag, the
+# 16-bit weights as stored). int4 AWQ/GPTQ: 4 bits plus one 16-bit scale (and a 4-bit zero point) per 128 weights;
+# MXFP4: 4 bits plus one 8-bit scale per 32 weights (OCP MX spec). The embedding and the LM head stay 16-bit in every
+# quantized checkpoint kvtier lists (their config.json `quantization_config`: `ignore`/`modules_to_not_convert`), so
+# weights = quantized params x bytes + embedding and head x 2. vLLM names: vllm@v0.32.0
+# vllm/model_executor/layers/quantization/__init__.py `QuantizationMethods` (docs/references.md "Model shapes (issue 36)").
+WeightFormat = Literal["bf16", "fp16", "fp8", "awq", "gptq", "mxfp4"]
+
+
+@dataclass(frozen=True)
+class WeightFormatSpec:
+    bytes_per_param: float
+    quantization: str | None  # vLLM `--quantization`
+    fp8_matmul: bool = False  # the GEMMs run in FP8 where the GPU has FP8 tensor cores
+
+
+WEIGHT_FORMATS: Mapping[str, WeightFormatSpec] = {
+    "bf16": WeightFormatSpec(2.0, None),
+    "fp16": WeightFormatSpec(2.0, None),
+    "fp8": WeightFormatSpec(1.0, "fp8", fp8_matmul=True),
+    "awq": WeightFormatSpec(0.5 + 2.5 / 128, "awq"),
+    "gptq": WeightFormatSpec(0.5 + 2.5 / 128, "gptq"),
+    "mxfp4": WeightFormatSpec(0.5 + 1 / 32, "mxfp4"),
+}
+# vLLM `--kv-cache-dtype` values kvtier accepts: accepted by vLLM 0.32.0 (vllm/config/cache.py `CacheDType`) and by
+# the operator image's vLLM 0.11.1 (same file at v0.11.1). `fp8` is `fp8_e4m3` on CUDA.
+KvCacheDtype = Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"]
+AttentionKind = Literal["gqa", "mha", "mla"]
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, dtype_bytes: int = 2) -> int:
+    """Bytes of one KV element: `auto` is the model's dtype, every fp8 variant one byte."""
+    return dtype_bytes if kv_cache_dtype == "auto" else 1
+
+
 @dataclass(frozen=True)
 class Model:
     """Shape of a decoder model: what KV-cache and weight sizes and prefill FLOPs follow from."""
@@ -560,7 +616,7 @@ class Model:
     attention_heads: int
     kv_heads: int
     head_dim: int
-    params_billion: float
+    params_billion: float  # total parameters (every expert of a mixture-of-experts model)
     dtype: Literal["bfloat16", "float16"] = "bfloat16"
     source: str = ""
     as_of: str = COLLECTED
@@ -568,28 +624,100 @@ class Model:
     # times a rope_scaling factor if any); None when unknown, and then max_model_len is not checked against it.
     context_length: int | None = None
     context_source: str = ""
+    # Embedding and LM head (config.json vocab_size x hidden_size, twice unless tie_word_embeddings): a prefill looks
+    # the embedding up and runs the head only where it samples, so neither counts as prefill FLOPs. None: unknown.
+    vocab_size: int | None = None
+    hidden_size: int | None = None
+    tied_embeddings: bool = False
+    # Mixture of experts: active parameters directly, or from the experts (each SwiGLU expert 3 x hidden x
+    # moe_intermediate_size, in `moe_layers` layers, default all); shared experts are always active.
+    active_params_billion: float | None = None
+    experts: int | None = None
+    experts_per_token: int | None = None
+    shared_experts: int = 0
+    moe_intermediate_size: int | None = None
+    moe_layers: int | None = None
+    weight_format: WeightFormat | None = None  # None: the 16-bit `dtype` as stored
+    # Attention: gqa (mha is gqa with kv_heads == attention_heads); mla stores one latent of kv_lora_rank +
+    # qk_rope_head_dim per layer per token (DeepSeek-V2), whatever the head count.
+    attention: AttentionKind = "gqa"
+    kv_lora_rank: int | None = None
+    qk_rope_head_dim: int | None = None
+    # Sliding-window (hybrid) attention: `local_layers` of the layers attend to the last `sliding_window` tokens only.
+    sliding_window: int | None = None
+    local_layers: int = 0
+    # The endpoint's `kv_cache_dtype` (planner/shapes.py sets it): what every tier's bytes per token follow.
+    kv_cache_dtype: KvCacheDtype = "auto"
 
     @property
     def dtype_bytes(self) -> int:
         return 2
 
     @property
+    def format(self) -> WeightFormat:
+        return self.weight_format or ("fp16" if self.dtype == "float16" else "bf16")
+
+    @property
+    def format_spec(self) -> WeightFormatSpec:
+        return WEIGHT_FORMATS[self.format]
+
+    @property
+    def kv_element_bytes(self) -> int:
+        return kv_dtype_bytes(self.kv_cache_dtype, self.dtype_bytes)
+
+    @property
+    def kv_elements_per_layer(self) -> int:
+        """Elements of one token's KV in one layer: K and V of every KV head, or MLA's one latent."""
+        if self.attention == "mla":
+            return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
+        return 2 * self.kv_heads * self.head_dim
+
+    @property
     def kv_bytes_per_token(self) -> int:
-        """2 (K and V) x layers x KV heads x head dim x dtype bytes (reference curvine-lmcache.md 3)."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * self.dtype_bytes
+        """GQA/MHA: 2 (K and V) x layers x KV heads x head dim x KV dtype bytes (reference curvine-lmcache.md 3);
+        MLA: layers x (kv_lora_rank + qk_rope_head_dim) x KV dtype bytes. Sliding-window layers count every token:
+        with a connector vLLM turns its hybrid KV cache manager off (LMCache) and the connector stores every layer
+        of every token (docs/planning.md "KV arithmetic per model kind")."""
+        return self.layers * self.kv_elements_per_layer * self.kv_element_bytes
 
     @property
     def params(self) -> float:
         return self.params_billion * 1e9
 
     @property
+    def embedding_params(self) -> float:
+        """Embedding plus LM head parameters (0 when the shape does not say)."""
+        if self.vocab_size is None or self.hidden_size is None:
+            return 0.0
+        return float(self.vocab_size * self.hidden_size * (1 if self.tied_embeddings else 2))
+
+    @property
+    def active_params(self) -> float:
+        """Parameters one token runs through: all of a dense model; the active experts' share of a MoE."""
+        if self.active_params_billion is not None:
+            return self.active_params_billion * 1e9
+        if self.experts and self.experts_per_token and self.moe_intermediate_size and self.hidden_size:
+            per_expert = 3 * self.hidden_size * self.moe_intermediate_size
+            idle = (self.moe_layers or self.layers) * (self.experts - self.experts_per_token) * per_expert
+            return self.params - idle
+        return self.params
+
+    @property
+    def computed_params(self) -> float:
+        """Parameters whose matmuls a prefill runs per token: active ones less the embedding and the LM head."""
+        return self.active_params - self.embedding_params
+
+    @property
     def weight_bytes(self) -> float:
-        return self.params * self.dtype_bytes
+        """Quantized parameters x the format's bytes, the 16-bit embedding and head x 2."""
+        spec = self.format_spec
+        kept = self.embedding_params if spec.quantization else 0.0
+        return (self.params - kept) * spec.bytes_per_param + kept * self.dtype_bytes
 
     @property
     def linear_flops_per_token(self) -> float:
-        """2 x parameters: one multiply and one add per weight per token (forward pass)."""
-        return 2 * self.params
+        """2 x computed parameters: one multiply and one add per weight per token (forward pass)."""
+        return 2 * self.computed_params
 
     @property
     def attention_flops_coefficient(self) -> float:
@@ -622,6 +750,28 @@ class ShapeLike(Protocol):
     def dtype(self) -> Literal["bfloat16", "float16"]: ...
     @property
     def context_length(self) -> int | None: ...
+    @property
+    def shape_extras(self) -> Mapping[str, Any]: ...
+
+
+# The optional facts (issue 36) a LOB file's `models.<id>` may give, copied onto the Model as they are.
+SHAPE_EXTRAS = (
+    "vocab_size",
+    "hidden_size",
+    "tied_embeddings",
+    "active_params_billion",
+    "experts",
+    "experts_per_token",
+    "shared_experts",
+    "moe_intermediate_size",
+    "moe_layers",
+    "weight_format",
+    "attention",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "sliding_window",
+    "local_layers",
+)
 
 
 class UnknownModelError(LookupError):
@@ -641,19 +791,69 @@ _MODEL_3P = "reference curvine-lmcache.md 3 [3P]"
 _CTX_CONFIG = "config.json max_position_embeddings, verbatim copy in citsjtu2020/LLM-Prof:sglang/Model_Config.md"
 _CTX_3P = "[3P] config.json max_position_embeddings as xorbitsai/inference llm_family.json context_length lists it"
 
-# params_billion: weights in GB from the same table divided by 2 bytes per bf16 parameter.
+# params_billion: weights in GB from the same table divided by 2 bytes per bf16 parameter. vocab_size and hidden_size
+# (embedding and LM head, none tied): config.json, verbatim copies in citsjtu2020/LLM-Prof@8434c8d1:sglang/
+# Model_Config.md for Qwen2.5-7B (Qwen2-7B and the R1 Qwen-7B distill share its vocabulary and width), Qwen2.5-14B/32B
+# (the R1 Qwen distills), Qwen3-8B, Qwen3-32B and Llama-3.1-8B (Llama-3.3-70B: 8,192 wide [3P]); Mistral-7B-v0.3's
+# 32,768 x 4,096 [3P] (docs/references.md "Model shapes (issue 36)").
 _SHAPES = [
-    Model("Qwen/Qwen2-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
-    Model("Qwen/Qwen2.5-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC),
-    Model("Qwen/Qwen3-8B", 36, 32, 8, 128, 8.2, source=_MODEL_SRC),
-    Model("Qwen/Qwen3-32B", 64, 64, 8, 128, 32.75, source=_MODEL_SRC),
-    Model("meta-llama/Llama-3.1-8B-Instruct", 32, 32, 8, 128, 8.05, source=_MODEL_SRC),
-    Model("meta-llama/Llama-3.3-70B-Instruct", 80, 64, 8, 128, 70.5, source=_MODEL_3P),
-    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B", 28, 28, 4, 128, 7.6, source=_MODEL_3P),
-    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-14B", 48, 40, 8, 128, 14.75, source=_MODEL_3P),
-    Model("deepseek-ai/DeepSeek-R1-Distill-Qwen-32B", 64, 40, 8, 128, 32.75, source=_MODEL_3P),
-    Model("deepseek-ai/DeepSeek-R1-Distill-Llama-8B", 32, 32, 8, 128, 8.05, source=_MODEL_3P),
-    Model("mistralai/Mistral-7B-Instruct-v0.3", 32, 32, 8, 128, 7.25, source=_MODEL_3P),
+    Model("Qwen/Qwen2-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC, vocab_size=152064, hidden_size=3584),
+    Model("Qwen/Qwen2.5-7B-Instruct", 28, 28, 4, 128, 7.6, source=_MODEL_SRC, vocab_size=152064, hidden_size=3584),
+    Model("Qwen/Qwen3-8B", 36, 32, 8, 128, 8.2, source=_MODEL_SRC, vocab_size=151936, hidden_size=4096),
+    Model("Qwen/Qwen3-32B", 64, 64, 8, 128, 32.75, source=_MODEL_SRC, vocab_size=151936, hidden_size=5120),
+    Model(
+        "meta-llama/Llama-3.1-8B-Instruct", 32, 32, 8, 128, 8.05, source=_MODEL_SRC, vocab_size=128256, hidden_size=4096
+    ),
+    Model(
+        "meta-llama/Llama-3.3-70B-Instruct", 80, 64, 8, 128, 70.5, source=_MODEL_3P, vocab_size=128256, hidden_size=8192
+    ),
+    Model(
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        28,
+        28,
+        4,
+        128,
+        7.6,
+        source=_MODEL_3P,
+        vocab_size=152064,
+        hidden_size=3584,
+    ),
+    Model(
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-14B",
+        48,
+        40,
+        8,
+        128,
+        14.75,
+        source=_MODEL_3P,
+        vocab_size=152064,
+        hidden_size=5120,
+    ),
+    Model(
+        "deepseek-ai/DeepSeek-R1-Distill-Qwen-32B",
+        64,
+        40,
+        8,
+        128,
+        32.75,
+        source=_MODEL_3P,
+        vocab_size=152064,
+        hidden_size=5120,
+    ),
+    Model(
+        "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+        32,
+        32,
+        8,
+        128,
+        8.05,
+        source=_MODEL_3P,
+        vocab_size=128256,
+        hidden_size=4096,
+    ),
+    Model(
+        "mistralai/Mistral-7B-Instruct-v0.3", 32, 32, 8, 128, 7.25, source=_MODEL_3P, vocab_size=32768, hidden_size=4096
+    ),
 ]
 # Context lengths: each checkpoint's config.json `max_position_embeddings` (docs/references.md "Configuration and
 # validate (issue 29)"), read in a verbatim copy of config.json where the code index has one, else as Xinference's
@@ -674,8 +874,121 @@ _CONTEXT: Mapping[str, tuple[int, str]] = {
     "deepseek-ai/DeepSeek-R1-Distill-Llama-8B": (131072, _CTX_3P),
     "mistralai/Mistral-7B-Instruct-v0.3": (32768, _CTX_3P),
 }
+
+# The 2026 catalog (issue 36): mixture-of-experts, FP8 and MXFP4 checkpoints, MLA and sliding-window attention. Each
+# fact and where it was read: docs/references.md "Model shapes (issue 36)".
+_QWEN3_MOE = "config.json of Qwen3-30B-A3B, verbatim copy in citsjtu2020/LLM-Prof@8434c8d1:sglang/Model_Config.md"
+
+
+def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -> Model:
+    return Model(
+        model_id,
+        48,
+        32,
+        4,
+        128,
+        30.5,
+        vocab_size=151936,
+        hidden_size=2048,
+        experts=128,
+        experts_per_token=8,
+        moe_intermediate_size=768,
+        weight_format=weight_format,
+        source=source,
+        context_length=262144,  # the 2507 release's max_position_embeddings (model card: 262,144 native)
+        context_source="[3P] config.json max_position_embeddings 262144 of Qwen/Qwen3-30B-A3B-Instruct-2507 (its model "
+        "card: 262,144 tokens native)",
+    )
+
+
+_MOE_SHAPES = [
+    _qwen3_moe("Qwen/Qwen3-30B-A3B-Instruct-2507", None, _QWEN3_MOE),
+    _qwen3_moe(
+        "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8",
+        "fp8",
+        _QWEN3_MOE + "; FP8 block-wise (quantization_config quant_method fp8, model card) [3P]",
+    ),
+    Model(
+        "openai/gpt-oss-20b",
+        24,
+        64,
+        8,
+        64,
+        20.9,
+        vocab_size=201088,
+        hidden_size=2880,
+        active_params_billion=3.6,
+        experts=32,
+        experts_per_token=4,
+        moe_intermediate_size=2880,
+        weight_format="mxfp4",
+        sliding_window=128,
+        local_layers=12,
+        context_length=131072,
+        source="[3P] config.json of openai/gpt-oss-20b (layer_types alternate sliding_attention/full_attention, "
+        "quantization_config quant_method mxfp4) and its model card (21 B parameters, 3.6 B active); UNVERIFIED here",
+        context_source="[3P] config.json max_position_embeddings 131072 of openai/gpt-oss-20b",
+    ),
+    Model(
+        # MLA: head_dim is the mean of the query-key (qk_nope 128 + rope 64) and value (128) head dims, for attention
+        # FLOPs; the KV is one latent of kv_lora_rank + qk_rope_head_dim per layer.
+        "deepseek-ai/DeepSeek-V2-Lite-Chat",
+        27,
+        16,
+        16,
+        160,
+        15.7,
+        vocab_size=102400,
+        hidden_size=2048,
+        active_params_billion=2.4,
+        experts=64,
+        experts_per_token=6,
+        shared_experts=2,
+        moe_intermediate_size=1408,
+        moe_layers=26,
+        attention="mla",
+        kv_lora_rank=512,
+        qk_rope_head_dim=64,
+        context_length=163840,
+        source="[3P] config.json of deepseek-ai/DeepSeek-V2-Lite-Chat (kv_lora_rank 512, qk_rope_head_dim 64, "
+        "first_k_dense_replace 1) and its model card (15.7 B total, 2.4 B active); UNVERIFIED here",
+        context_source="[3P] config.json max_position_embeddings 163840 of deepseek-ai/DeepSeek-V2-Lite-Chat",
+    ),
+    Model(
+        "mistralai/Mistral-Small-24B-Instruct-2501",
+        40,
+        32,
+        8,
+        128,
+        23.6,
+        vocab_size=131072,
+        hidden_size=5120,
+        context_length=32768,
+        source="[3P] config.json of mistralai/Mistral-Small-24B-Instruct-2501 (Mistral Small 3; sliding_window null) "
+        "and its model card (24 B); UNVERIFIED here",
+        context_source="[3P] config.json max_position_embeddings 32768",
+    ),
+    Model(
+        "google/gemma-3-27b-it",
+        62,
+        32,
+        16,
+        128,
+        27.4,
+        vocab_size=262208,
+        hidden_size=5376,
+        tied_embeddings=True,
+        sliding_window=1024,
+        local_layers=52,
+        context_length=131072,
+        source="[3P] config.json of google/gemma-3-27b-it text_config (sliding_window 1024, sliding_window_pattern 6: "
+        "every sixth layer global, 10 of 62) and its model card (27 B with the vision encoder); UNVERIFIED here",
+        context_source="[3P] config.json text_config max_position_embeddings 131072",
+    ),
+]
 MODELS: Mapping[str, Model] = {
-    m.id: replace(m, context_length=_CONTEXT[m.id][0], context_source=_CONTEXT[m.id][1]) for m in _SHAPES
+    **{m.id: replace(m, context_length=_CONTEXT[m.id][0], context_source=_CONTEXT[m.id][1]) for m in _SHAPES},
+    **{m.id: m for m in _MOE_SHAPES},
 }
 
 
@@ -704,10 +1017,16 @@ def resolve_model(model_id: str, described: Mapping[str, ShapeLike]) -> Model:
                 if shape.context_length
                 else (known.context_source if known is not None else "")
             ),
+            **shape.shape_extras,
         )
     if model_id in MODELS:
         return MODELS[model_id]
     raise UnknownModelError(model_id)
+
+
+def as_served(model: Model, kv_cache_dtype: KvCacheDtype, weight_format: WeightFormat | None) -> Model:
+    """The model as an endpoint serves it: its KV cache dtype, and the weight format vLLM is told (issue 36)."""
+    return replace(model, kv_cache_dtype=kv_cache_dtype, weight_format=weight_format or model.weight_format)
 
 
 # --- Availability Zones -------------------------------------------------------------------------------------------

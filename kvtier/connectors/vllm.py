@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from kvtier import serving
+from kvtier.catalog import Model
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors import pods
 from kvtier.connectors.base import (
@@ -24,6 +25,7 @@ from kvtier.connectors.base import (
     Obj,
     Refusal,
     Series,
+    model_kind_facts,
     set_facts,
     weights_fact,
 )
@@ -145,8 +147,29 @@ class VllmConnector(Connector):
                 "hash_seed": serving.HASH_SEED,  # read when asked (the engine tests break it)
                 "vllm": IMAGE_VLLM_VERSIONS.get(image),
                 "image": image,
+                **model_kind_facts(endpoint),
             }
         )
+
+    # ---- model kinds (issue 36) ----------------------------------------------------------------------------------
+    # vLLM 0.32.0's OffloadingConnector copies whole KV blocks as the GPU holds them (any KV cache dtype; MLA's
+    # MLAAttentionSpec is a layout it certifies: distributed/kv_transfer/kv_connector/v1/offloading/config.py). It
+    # implements SupportsHMA, so with a sliding-window model the hybrid KV cache manager stays on: the local layers
+    # are a KV cache group of their own, stored as files `_g<group>` and loaded only over the window
+    # (offloading/scheduler.py `load_window_size_in_chunks`), which neither kvtier's L2 accounting nor its engine
+    # tests cover yet: refused, with LMCache (every layer of every token) as the alternative.
+
+    def model_refusals(self, endpoint: Endpoint, model: Model) -> list[Refusal]:  # noqa: ARG002
+        if model.local_layers:
+            return [
+                Refusal(
+                    "cache.connector",
+                    f"{model.id} has {model.local_layers} sliding-window layers: vLLM's connector keeps them in a "
+                    "KV cache group of their own and loads only the window, which kvtier neither sizes nor tests",
+                    "use connector: lmcache for this model (vLLM then stores every layer of every token)",
+                )
+            ]
+        return []
 
     def file_unit(self, endpoint: Endpoint) -> FileUnit:
         """One vLLM block: its fs tier stores one file per full `--block-size` block (vllm/v1/kv_offload/

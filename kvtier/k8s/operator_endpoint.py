@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from kvtier.catalog import WEIGHT_FORMATS
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.config.environment import Environment
 from kvtier.connectors import connector_for, engine_image
@@ -71,7 +72,21 @@ def vllm_args(endpoint: Endpoint) -> list[str]:
         "--block-size",
         str(endpoint.block_size),
         *(["--dtype", endpoint.dtype] if endpoint.dtype != "auto" else []),
+        *model_kind_args(endpoint),
     ]
+
+
+def model_kind_args(endpoint: Endpoint) -> list[str]:
+    """Issue 36: `--kv-cache-dtype` (a value both the operator image's vLLM 0.11.1 and vLLM 0.32.0 accept,
+    kvtier/catalog.py `KvCacheDtype`) and `--quantization` for an explicit weight format; the operator's CRD passes
+    worker args through as given (its `args`), so both modes render them alike."""
+    args: list[str] = []
+    if endpoint.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", endpoint.kv_cache_dtype]
+    quantization = WEIGHT_FORMATS[endpoint.weight_format].quantization if endpoint.weight_format else None
+    if quantization:
+        args += ["--quantization", quantization]
+    return args
 
 
 def l2_identity_annotations(endpoint: Endpoint) -> dict[str, str]:

@@ -9,9 +9,13 @@ from kvtier.catalog import GIB, GPU_RESERVE_GIB, Gpu, Model
 
 
 def kv_bytes_per_token_per_gpu(model: Model, tensor_parallel: int) -> int:
-    """vLLM splits KV heads over the TP ranks; with more ranks than KV heads each rank keeps a whole head."""
+    """vLLM splits KV heads over the TP ranks; with more ranks than KV heads each rank keeps a whole head. MLA's
+    latent has no heads to split: every rank keeps all of it (vLLM's MLAAttentionSpec, one KV head). Bytes per
+    element follow the endpoint's KV cache dtype."""
+    if model.attention == "mla":
+        return model.kv_bytes_per_token
     heads = max(1, math.ceil(model.kv_heads / tensor_parallel))
-    return 2 * model.layers * heads * model.head_dim * model.dtype_bytes
+    return 2 * model.layers * heads * model.head_dim * model.kv_element_bytes
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,21 @@ class TierModel:
         "LMCache chunk"  # what one L2 file is, for reports (its connector's `file_unit`, kvtier/connectors/)
     )
 
+    # A forward pass reads every weight once (its GPUs' share, at their memory bandwidth): the floor of any prefill,
+    # the cold one and an L2 hit's last token alike (issue 36's refit, docs/planning.md "One TTFT model").
+    forward_floor_s: float = 0.0
+
     def prefill_seconds(self, tokens: int) -> float:
-        """Time to recompute `tokens` prompt tokens from scratch."""
-        return self.prefill_s_per_token * tokens + self.prefill_s_per_token_squared * tokens * tokens
+        """Time to recompute `tokens` prompt tokens from scratch (one forward pass)."""
+        return self.compute_seconds(tokens, 0)
+
+    def compute_seconds(self, tokens: int, cached: int) -> float:
+        """One forward pass over the last `tokens - cached` of `tokens` prompt tokens (the cached prefix still costs
+        attention): the weights' read floor plus the FLOPs; nothing to compute costs nothing."""
+        if tokens <= cached:
+            return 0.0
+        linear = self.prefill_s_per_token * (tokens - cached)
+        return self.forward_floor_s + linear + self.prefill_s_per_token_squared * (tokens * tokens - cached * cached)
 
     def l1_load_seconds(self, tokens: int) -> float:
         return self.l1_load_s_per_token * tokens

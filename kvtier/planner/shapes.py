@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from kvtier.catalog import MODELS, Model, UnknownModelError, resolve_model
+from kvtier.catalog import MODELS, Model, UnknownModelError, as_served, resolve_model
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import ConfigError, Problem
 
 
 def endpoint_model(lob: LineOfBusiness, endpoint: Endpoint, lob_file: str) -> Model:
-    """The shape of the endpoint's model, or a ConfigError naming the file, the field and the fix."""
+    """The shape of the endpoint's model as it serves it (KV cache dtype, weight format), or a ConfigError naming the
+    file, the field and the fix."""
     try:
-        return resolve_model(endpoint.model.id, lob.models)
+        return as_served(resolve_model(endpoint.model.id, lob.models), endpoint.kv_cache_dtype, endpoint.weight_format)
     except UnknownModelError:
         index = lob.endpoints.index(endpoint)
         model_id = endpoint.model.id

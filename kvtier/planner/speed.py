@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.catalog import GB, SINGLE_FLOW_GBPS, InstanceType, Model
+from kvtier.catalog import GB, SINGLE_FLOW_GBPS, Gpu, InstanceType, Model
 
 
 @dataclass(frozen=True)
@@ -18,7 +18,16 @@ class Speeds:
     prefill_s_per_token_squared: float
     l2_read_gbps: float
     l2_hit_fixed_s: float  # an L2 hit's cost beyond its bytes (catalog l2_hit_fixed_s)
-    prefill_tflops: float  # effective: TP GPUs x dense BF16 peak x MFU
+    forward_floor_s: float  # one forward pass reads the GPU's share of the weights (issue 36)
+    prefill_tflops: float  # effective: TP GPUs x dense peak (BF16, or FP8 for FP8 matmuls) x MFU
+
+
+def matmul_tflops(model: Model, gpu: Gpu) -> float:
+    """The dense peak a prefill's matmuls run at: the GPU's FP8 peak for an FP8 checkpoint on a GPU with FP8 tensor
+    cores (L40S, H100), else its BF16 peak (A10G: weight-only FP8, matmuls in 16 bits). Issue 36."""
+    if model.format_spec.fp8_matmul and gpu.fp8_dense_tflops:
+        return gpu.fp8_dense_tflops
+    return gpu.bf16_dense_tflops
 
 
 def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds:
@@ -32,7 +41,7 @@ def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds
     l2 = kv / (l2_gbps * GB) if l2_gbps > 0 else float("inf")
     single_flow = kv / (SINGLE_FLOW_GBPS.value / 8 * GB)
     mfu = instance.prefill_mfu or 0.0
-    flops = tensor_parallel * gpu.bf16_dense_tflops * 1e12 * mfu
+    flops = tensor_parallel * matmul_tflops(model, gpu) * 1e12 * mfu
     return Speeds(
         l1_s_per_token=l1,
         l2_s_per_token=l2,
@@ -41,5 +50,6 @@ def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds
         prefill_s_per_token_squared=model.attention_flops_coefficient / flops if flops else float("inf"),
         l2_read_gbps=l2_gbps,
         l2_hit_fixed_s=instance.l2_hit_fixed_s or 0.0,
+        forward_floor_s=model.weight_bytes / tensor_parallel / (gpu.memory_gbps * GB) if gpu.memory_gbps else 0.0,
         prefill_tflops=flops / 1e12,
     )

@@ -98,6 +98,7 @@ def endpoint_tiers(
         prefill_s_per_token_squared=speed.prefill_s_per_token_squared,
         max_model_len=endpoint.max_model_len,
         l2_hit_fixed_s=speed.l2_hit_fixed_s,
+        forward_floor_s=speed.forward_floor_s,
         replicas_per_node=max(instance.gpus // tp, 1),
     )
 

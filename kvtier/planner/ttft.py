@@ -2,7 +2,8 @@
 
 The time to first token of a prompt of N tokens of which a prefix is cached (docs/planning.md, "One TTFT model"):
 - prefill of the tokens not cached: FLOPs(N) - FLOPs(cached) at the replica's effective FLOPS (the cached prefix
-  still costs attention in the rest); vLLM computes at least the last token, so at most N - 1 tokens are cached;
+  still costs attention in the rest), plus the forward pass's floor (every weight read once at the GPU's memory
+  bandwidth: issue 36's refit); vLLM computes at least the last token, so at most N - 1 tokens are cached;
 - L1 hits: their KV over PCIe; L0 hits: free;
 - L2 hits: their bytes at the node's read rate (shared by the L2 loads in flight on the node), plus a per-hit
   overhead (the catalog's `l2_hit_fixed_s` of the instance type: LMCache's lookup of each chunk through FUSE and the
@@ -55,7 +56,7 @@ def ttft(model: TierModel, tokens: int, l0: int = 0, l1: int = 0, l2: int = 0, l
         l1 -= cut
         l0 -= excess - cut
     cached = l0 + l1 + l2
-    prefill = model.prefill_seconds(tokens) - model.prefill_seconds(cached)
+    prefill = model.compute_seconds(tokens, cached)
     if l2 <= 0:
         return Ttft(prefill, model.l1_load_seconds(l1) if l1 else 0.0, 0.0, 0.0)
     return Ttft(

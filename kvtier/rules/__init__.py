@@ -22,7 +22,7 @@ from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
 from kvtier.rules.l2 import check_connector, check_l2_pool, check_shared_model_ids, curvine_problems
-from kvtier.rules.models import check_context_length, check_pinned_weights, endpoint_models
+from kvtier.rules.models import check_context_length, check_model_kind, check_pinned_weights, endpoint_models
 from kvtier.rules.node_fit import check_node_requests
 from kvtier.rules.routing import check_routing
 from kvtier.rules.tiered_storage import check_tiered_storage
@@ -48,7 +48,9 @@ def cross_check(
         check_pinned_weights(site, found)
         model = models.get((site.lob.name, site.index))
         # A max_model_len the model cannot serve is the one error about it: the fit check would only add a second.
-        if model is not None and check_context_length(site, model, found) and not placement:
+        # Issue 36: a weight format or a connector x model kind that cannot serve comes first, too.
+        fits = model is not None and check_context_length(site, model, found) and not placement
+        if model is not None and fits and check_model_kind(site, model, found):
             check_model_fits(ctx, site, model, found)
     for lob in ctx.lobs:
         check_quota(ctx, lob, found)

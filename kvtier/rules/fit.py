@@ -3,7 +3,9 @@ parallelism, the L2 break-even, and host RAM of GPU nodes."""
 
 from __future__ import annotations
 
-from kvtier.catalog import Model
+from dataclasses import replace
+
+from kvtier.catalog import INSTANCE_TYPES, MODELS, Model
 from kvtier.config.curvine import memory_bytes
 from kvtier.config.endpoint import MIN_MODEL_LEN
 from kvtier.config.environment import Environment
@@ -77,8 +79,7 @@ def check_model_fits(ctx: Context, site: Site, model: Model, found: Findings) ->
                 f"{instance.gpu_spec.name} leaves {budget.usable_gib - budget.reserve_gib:.1f} GiB "
                 f"({budget.memory_gib:g} GiB x gpu_memory_utilization {e.gpu_memory_utilization:g} - "
                 f"{budget.reserve_gib:g} GiB activation reserve): the weights do not fit",
-                (f"use tensor_parallel {need} on an instance type with that many GPUs" if need else "use a larger GPU")
-                + ", or raise gpu_memory_utilization",
+                fit_fixes(ctx, site, model, need),
             )
         )
         return
@@ -116,6 +117,38 @@ def check_model_fits(ctx: Context, site: Site, model: Model, found: Findings) ->
                 "estimates are off",
             )
         )
+
+
+def fit_fixes(ctx: Context, site: Site, model: Model, need: int | None) -> str:
+    """What would make the weights fit (issue 36): the model's FP8 checkpoint where kvtier knows one (or FP8 weights
+    in general for a 16-bit model), tensor parallel on a type with that many GPUs, else a larger GPU."""
+    e = site.endpoint
+    fixes: list[str] = []
+    if not model.format_spec.quantization:
+        fp8 = MODELS.get(f"{model.id}-FP8")
+        fp8_shape = fp8 or replace(model, weight_format="fp8")
+        fp8_budget = gpu_budget(
+            ctx.env.instance(e.instance_type).gpu_spec,
+            e.gpu_memory_utilization,
+            fp8_shape,
+            e.tensor_parallel,
+            e.block_size,
+        )
+        if fp8_budget.kv_gib > 0:
+            name = (
+                f"its FP8 checkpoint {fp8.id}"
+                if fp8
+                else "an FP8 checkpoint of it (kvtier's models entry with weight_format: fp8)"
+            )
+            fixes.append(f"serve {name} ({fp8_budget.weights_gib:.1f} GiB per GPU: it fits)")
+    if need:
+        types = [
+            t.name for t in INSTANCE_TYPES.values() if t.gpu == ctx.env.instance(e.instance_type).gpu and t.gpus >= need
+        ]
+        fixes.append(f"use tensor_parallel {need} on an instance type with that many GPUs ({', '.join(types[:2])})")
+    if not fixes:
+        fixes.append("use a larger GPU")
+    return "; or ".join(fixes) + ", or raise gpu_memory_utilization"
 
 
 def smallest_tp_that_fits(ctx: Context, site: Site, model: Model) -> int | None:

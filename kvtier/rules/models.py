@@ -3,8 +3,9 @@ catalog, a max_model_len the model cannot serve, and weights an L2 identity can 
 
 from __future__ import annotations
 
-from kvtier.catalog import MODELS, Model
+from kvtier.catalog import MODELS, WEIGHT_FORMATS, Model, resolve_model
 from kvtier.config.endpoint import HuggingFaceModel
+from kvtier.connectors import connector_for
 from kvtier.errors import ConfigError, Problem
 from kvtier.planner.shapes import endpoint_model
 from kvtier.rules.context import Context, Findings, Site
@@ -87,3 +88,30 @@ def check_pinned_weights(site: Site, found: Findings) -> None:
         fix = "set model.weights_version (e.g. the upload date, 2026-12-01) and bump it with every upload"
         field = "model.weights_version"
     found.errors.append(Problem(site.file, site.at(field), problem, fix))
+
+
+def check_model_kind(site: Site, model: Model, found: Findings) -> bool:
+    """Issue 36: a `weight_format` the checkpoint is not in (vLLM refuses to load it), and what the endpoint's
+    connector cannot store for this attention kind and KV cache dtype (its `model_refusals`). True when none."""
+    endpoint = site.endpoint
+    ok = True
+    stored = resolve_model(endpoint.model.id, site.lob.models).format
+    asked = endpoint.weight_format
+    if asked is not None and asked != stored:
+        quantization = WEIGHT_FORMATS[asked].quantization
+        flag = f"--quantization {quantization}" if quantization else "no --quantization"
+        found.errors.append(
+            Problem(
+                site.file,
+                site.at("weight_format"),
+                f"{asked} ({flag}) does not match {endpoint.model.id}, whose checkpoint is {stored} "
+                "(kvtier's catalog, or this file's models entry): vLLM refuses to load it",
+                f"remove weight_format, or set it to {stored}; for {asked} weights use a {asked} checkpoint's id "
+                "(e.g. the model's -FP8 repository)",
+            )
+        )
+        ok = False
+    for refusal in connector_for(endpoint).model_refusals(endpoint, model):
+        found.errors.append(Problem(site.file, site.at(refusal.field), refusal.problem, refusal.fix))
+        ok = False
+    return ok

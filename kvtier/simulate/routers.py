@@ -227,7 +227,7 @@ class PoolAware:
                 break
         hit = min((local0 + local1 + pooled) * size, ask.tokens)
         cached = min(hit, ask.tokens - 1)
-        service = model.prefill_seconds(ask.tokens) - model.prefill_seconds(cached)
+        service = model.compute_seconds(ask.tokens, cached)
         if local1:
             service += model.l1_load_seconds(local1 * size)
         if pooled and model.has_l2:

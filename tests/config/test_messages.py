@@ -164,7 +164,9 @@ def test_a_misspelt_key_inside_a_described_model_lists_the_shape_keys(
     )
     assert _one_line(capsys, config_copy) == (
         f"{lob}: models.acme/m1.hed_dim: unknown key 'hed_dim'; did you mean 'head_dim'? known keys here: layers, "
-        "attention_heads, kv_heads, head_dim, params_billion, dtype, context_length"
+        "attention_heads, kv_heads, head_dim, params_billion, dtype, context_length, vocab_size, hidden_size, "
+        "tied_embeddings, active_params_billion, experts, experts_per_token, shared_experts, moe_intermediate_size, "
+        "moe_layers, weight_format, attention, kv_lora_rank, qk_rope_head_dim, sliding_window, local_layers"
     )
 
 

@@ -122,7 +122,9 @@ def test_l2_read_is_network_bound_on_small_sizes_and_capped_on_large() -> None:
 def test_prefill_flops_hand_calculation() -> None:
     model = MODELS["Qwen/Qwen3-8B"]
     n = 4096
-    assert model.prefill_flops(n) == pytest.approx(2 * 8.2e9 * n + 2 * 36 * 32 * 128 * n * n)
+    # 8.2 B less the embedding and the LM head (151,936 x 4,096 each): 6.955 B computed (issue 36)
+    assert model.computed_params == pytest.approx(8.2e9 - 2 * 151936 * 4096)
+    assert model.prefill_flops(n) == pytest.approx(2 * 6.955e9 * n + 2 * 36 * 32 * 128 * n * n, rel=1e-4)
     s = speeds(model, G6E_4XL, 1)
     seconds = s.prefill_s_per_token * n + s.prefill_s_per_token_squared * n * n
     assert seconds == pytest.approx(model.prefill_flops(n) / (362.05e12 * 0.5))

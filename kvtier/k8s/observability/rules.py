@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from kvtier.catalog import resolve_model
+from kvtier.catalog import as_served, resolve_model
 from kvtier.config.endpoint import Signal
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
@@ -353,7 +353,7 @@ def lob_groups(env: Environment, lob: LineOfBusiness) -> list[dict[str, Any]]:
     constants = [
         _record(
             KV_BYTES_PER_TOKEN,
-            f"vector({resolve_model(e.model.id, lob.models).kv_bytes_per_token})",
+            f"vector({as_served(resolve_model(e.model.id, lob.models), e.kv_cache_dtype, e.weight_format).kv_bytes_per_token})",
             {m.LOB: lob.name, m.ENDPOINT: e.name},
         )
         for e in lob.endpoints
