@@ -140,7 +140,11 @@ def _fence(chart: KvtierChart, env: Environment) -> None:
     api_object(
         chart, "fence-script", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {FENCE: script}}
     )
-    api_object(chart, "fence-sa", {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta})
+    api_object(
+        chart,
+        "fence-sa",
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": True},
+    )
     subject = [{"kind": "ServiceAccount", "name": FENCE_NAME, "namespace": names.NAMESPACE}]
     for kind, rules in (("ClusterRole", FENCE_CLUSTER_RULES), ("Role", FENCE_NAMESPACE_RULES)):
         scoped = meta if kind == "Role" else {"name": FENCE_NAME, "labels": labels}
