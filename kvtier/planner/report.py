@@ -105,6 +105,12 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
             "head_dim": model.head_dim,
             "dtype": model.dtype,
             "source": model.source,
+            # Issue 36: what the planner computes with.
+            "active_params_billion": model.active_params / 1e9,
+            "computed_params_billion": model.computed_params / 1e9,
+            "weight_format": model.format,
+            "attention": model.attention,
+            "kv_cache_dtype": model.kv_cache_dtype,
         },
         "instance_type": endpoint.instance_type,
         "tensor_parallel": tp,
@@ -115,7 +121,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "chunk": {
             "tokens": chunk,
-            "bytes": chunk * connector.l2_bytes_per_token(endpoint, model),
+            "bytes": chunk * connector.l2_bytes_per_token(endpoint, model) + connector.l2_file_overhead_bytes(endpoint),
             "unit": unit.title,
         },
         "l0": {

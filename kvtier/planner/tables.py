@@ -17,6 +17,17 @@ NARROW = 80
 WIDE = 180
 
 
+def _model_cell(model: dict[str, Any]) -> str:
+    """`id (total B, format)`, with the active share of a MoE and a KV cache dtype other than the weights' (issue 36)."""
+    total = model["params_billion"]
+    active = model.get("active_params_billion", total)
+    params = f"{total} B" if active >= total else f"{total} B, {active:.1f} B active"
+    kv = model.get("kv_cache_dtype", "auto")
+    return f"{model['id']} ({params}, {model.get('weight_format', model['dtype'])}" + (
+        f", KV {kv})" if kv != "auto" else ")"
+    )
+
+
 def tokens(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 
@@ -48,7 +59,7 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
     def row(label: str, values: list[str]) -> None:
         rows.append((label, values))
 
-    row("model", [f"{e['model']['id']} ({e['model']['params_billion']} B, {e['model']['dtype']})" for e in endpoints])
+    row("model", [_model_cell(e["model"]) for e in endpoints])
     row(
         "placement",
         [

@@ -56,7 +56,8 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         assert e["kv_bytes_per_token"] == kv
         assert e["weights"]["gib"] == pytest.approx(model.params_billion * 2e9 / GIB)
         floor = model.params_billion * 2e9 / 864e9  # a forward pass reads every weight once (L40S: 864 GB/s)
-        assert e["chunk"] == {"tokens": chunk, "bytes": chunk * kv, "unit": "LMCache chunk"}
+        # Each LMCache file carries its 28-byte chunk header (save_chunk_meta, issue 36).
+        assert e["chunk"] == {"tokens": chunk, "bytes": chunk * kv + 28, "unit": "LMCache chunk"}
         assert e["l1"]["tokens_per_replica"] == int(written["cache"]["l1_gb"] * GIB // kv)
         kv_gib = 44.4 * utilization - model.params_billion * 2e9 / GIB - 2.5
         assert e["l0"]["kv_gib_per_gpu"] == pytest.approx(kv_gib)
