@@ -23,6 +23,7 @@ IPs, so that would let other LOBs in. Metrics scrapers are allowed from namespac
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,8 +41,15 @@ from kvtier.naming import MODEL_READER_SA, lob_namespace
 SYSTEM_ALLOWANCE_CPU = 8
 SYSTEM_ALLOWANCE_MEMORY_GIB = 16
 METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"
+# The old manifests (no policy in `curvine`, LOB ingress only, no operator-namespace policy): the connectivity tests'
+# proof that their assertions fail without this issue's policies (tests/k8s/connectivity.py).
+BREAK_SWITCH = "KVTIER_ISOLATION_BREAK"
 # A container without its own requests gets these (LimitRange defaultRequest); no default limits (module doc).
 DEFAULT_REQUEST = {"cpu": "100m", "memory": "128Mi"}
+
+
+def isolation_broken() -> bool:
+    return os.environ.get(BREAK_SWITCH) == "1"
 
 
 def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:
