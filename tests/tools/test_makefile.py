@@ -19,10 +19,17 @@ from tests.support import ROOT
 
 PAUSE_S = 3.0
 SETUP_INPUTS = (
-    "requirements.txt", "requirements-dev.txt", "requirements-checkov.txt", "pyproject.toml", "package.json",
+    "requirements.txt", "requirements-dev.txt", "requirements-checkov.txt", "requirements-aiperf.txt", "pyproject.toml",
+    "package.json",
     "package-lock.json", "scripts/install-venv.sh", "scripts/compile-optimized.py",
 )  # fmt: skip
-STAMPS = (".venv/.installed", "node_modules/.installed", ".venv/.optimized", ".venv-checkov/.installed")
+STAMPS = (
+    ".venv/.installed",
+    "node_modules/.installed",
+    ".venv/.optimized",
+    ".venv-checkov/.installed",
+    ".venv-aiperf/.installed",
+)
 
 
 def _tool(path: Path, body: str) -> None:
