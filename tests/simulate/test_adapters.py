@@ -18,9 +18,7 @@ BLOCK = 512
 
 
 def _trace(*rows: tuple[float, list[int], str | None]) -> Trace:
-    return Trace(
-        tuple(TraceRequest(t * 1000.0, len(ids) * BLOCK, 1, tuple(ids), adapter=a) for t, ids, a in rows)
-    )
+    return Trace(tuple(TraceRequest(t * 1000.0, len(ids) * BLOCK, 1, tuple(ids), adapter=a) for t, ids, a in rows))
 
 
 def test_an_adapter_never_hits_kv_of_another_adapter_or_the_base_model() -> None:
