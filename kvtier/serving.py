@@ -31,8 +31,9 @@ L2_MARKER = "KVTIER_L2_BACKEND"
 L2_IDENTITY_VAR = "KVTIER_L2_IDENTITY"
 L2_IDENTITY_CHARS = 12  # hex digits of SHA-256: 48 bits, so two identities of one endpoint never meet by chance
 # Bumped only when the meaning of an existing fact changes; a new optional fact needs no bump, because unset facts
-# are left out of the digest (docs/l2.md "One directory per model build").
-L2_IDENTITY_SCHEMA = 2
+# are left out of the digest (docs/l2.md "One directory per model build"). 3 (issues 34-36, one bump for the round):
+# request tags (cache_salt, LoRA adapter) in LMCache keys, image digests, adapters and the model catalog's facts.
+L2_IDENTITY_SCHEMA = 3
 GIB = 1024**3
 # LMCache's and prometheus_client's multi-process metrics: the API server must see the engine's files.
 PROMETHEUS_DIR = "/tmp"

@@ -14,11 +14,13 @@ tensor-parallel rank (`integration/vllm/vllm_service_factory.py::get_or_create_l
 staging buffer; the replica pins `l1_gb` in all (kvtier.serving.l1_pinned_gib).
 
 Per-request tags: kvtier's subclass of vLLM's LMCache connector (kvtier/connectors/plugins/kvtier_lmcache.py, shipped in the
-ConfigMap) is where a request's tags reach LMCache's key; today it drops every client-supplied one.
+ConfigMap) is where a request's tags reach LMCache's key: it drops every client-supplied one and sets kvtier's own
+(the request's `cache_salt` and LoRA adapter, keyed with `tag_key`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
@@ -47,6 +49,7 @@ from kvtier.connectors.plugins import (
     LMCACHE_CONNECTOR_CLASS,
     LMCACHE_CONNECTOR_FILE,
     LMCACHE_CONNECTOR_MODULE,
+    kvtier_lmcache,
     plugin_text,
 )
 from kvtier.serving import (
@@ -93,6 +96,7 @@ TIERED_STORAGE_SCHEME = "sagemaker-hyperpod://"  # the URL the operator injects 
 # shipped in the LMCache ConfigMap, imported from CONFIG_DIR on PYTHONPATH; docs/references.md "Client-supplied cache
 # tags (issue 24)"). A chunk LMCache found but cannot read (an L2 read that fails or times out) is computed again
 # instead of failing the request: vLLM's default policy is "fail" (docs/references.md "issue 22").
+TAG_KEY_VAR = kvtier_lmcache.KEY_VAR
 KV_TRANSFER_CONFIG = {
     "kv_connector": LMCACHE_CONNECTOR_CLASS,
     "kv_connector_module_path": LMCACHE_CONNECTOR_MODULE,
@@ -297,10 +301,19 @@ class LMCacheConnector(Connector):
                 {"name": CONFIG_FILE_VAR, "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
                 {"name": "LMCACHE_TRACK_USAGE", "value": "false"},  # LMCache usage_context.py
                 {"name": "PYTHONPATH", "value": CONFIG_DIR},  # where vLLM imports KV_TRANSFER_CONFIG's module from
+                {"name": TAG_KEY_VAR, "value": self.tag_key(endpoint)},  # the module's request-tag key
             ),
             files=MountedFiles(config_map_name(endpoint.name), CONFIG_VOLUME, CONFIG_DIR, data),
             rollout=data,  # the ConfigMap's whole data (settings and connector module)
         )
+
+    def tag_key(self, endpoint: Endpoint) -> str:
+        """The key of the engine's request tags (the `cache_salt` and adapter tags of plugins/kvtier_lmcache.py): a
+        digest of the endpoint's name and L2 identity, the same on every replica. Derived from the configuration, so
+        NOT a secret: whoever can read the config (or guess it) and list the L2 can test guessed salts against the
+        file names (docs/l2.md "The request-tag key")."""
+        framed = json.dumps(["kvtier request-tag key", endpoint.name, self.l2_identity(endpoint)])
+        return hashlib.sha256(framed.encode()).hexdigest()
 
     def operator_env(self, endpoint: Endpoint) -> Env:
         """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one).

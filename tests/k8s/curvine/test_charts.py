@@ -98,7 +98,13 @@ def test_every_manifest_passes_the_strict_kubernetes_schema(name: str) -> None:
 
 def test_charts_come_in_apply_order() -> None:
     charts = curvine_charts(chart_app(), env_named("dev"))
-    assert [c.node.id for c in charts] == ["curvine-namespace", "curvine-cluster", "curvine-csi", "curvine-healer"]
+    assert [c.node.id for c in charts] == [
+        "curvine-namespace",
+        "curvine-policies",
+        "curvine-cluster",
+        "curvine-csi",
+        "curvine-healer",
+    ]
     assert [o["kind"] for o in charts[0].manifests()] == ["Namespace", "PriorityClass"]
 
 
@@ -278,7 +284,8 @@ def test_rbac_is_least_privilege(name: str) -> None:
     accounts = {o["metadata"]["name"]: o for o in objs if o["kind"] == "ServiceAccount"}
     bound = {s["name"] for o in objs if o["kind"] in ("RoleBinding", "ClusterRoleBinding") for s in o["subjects"]}
     # The healer's own Role here only lists pods (its brake); its LOB Roles live in the LOB namespaces.
-    assert bound == {names.CSI_CONTROLLER, names.CSI_NODE, names.HEALER}
+    # The L2 fence lists nodes and writes its per-node NetworkPolicies in `curvine` (kvtier/k8s/curvine/policies.py).
+    assert bound == {names.CSI_CONTROLLER, names.CSI_NODE, names.HEALER, "kvtier-l2-fence"}
     for account, sa in accounts.items():
         assert sa["automountServiceAccountToken"] is (account in bound), account
 
@@ -633,6 +640,7 @@ def test_pods_select_their_role_and_tolerate_exactly_its_taints(
         names.CSI_NODE: "gpu",
         names.HEALER: "gpu",
         "l2-cache-janitor": "gpu",
+        "kvtier-l2-fence": "system",
     }
     seen = set()
     for owner, pod in pod_specs(objs):

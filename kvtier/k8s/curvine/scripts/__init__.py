@@ -7,6 +7,7 @@ from importlib import resources
 MASTER_INIT = "master-init.sh"
 JANITOR = "l2_janitor.py"
 HEALER = "l2_healer.py"
+FENCE = "l2_fence.py"
 
 
 def script_text(name: str) -> str:
