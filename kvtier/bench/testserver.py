@@ -516,6 +516,51 @@ async def _cancel_others() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def _serving_pid(port: int) -> int | None:
+    """The PID a test server on 127.0.0.1:`port` names in its /metrics; None when nothing (or something else) answers."""
+    with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
+        with _DIRECT.open(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            first = resp.readline().decode("utf-8", "replace").split()
+        if first[:4] == ["#", "kvtier", "testserver", "pid"]:
+            return int(first[4])
+    return None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    with contextlib.suppress(ChildProcessError):  # our own child that exited: a zombie until reaped
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def wait_for_server(pid: int, ports: tuple[int, ...], timeout_s: float) -> str | None:
+    """None once the test server `pid` serves every port; else the one-line reason it does not: it exited (it said
+    why itself: a port in use, say), another test server answers on a port, or nothing answered in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        serving = {port: _serving_pid(port) for port in ports}
+        if all(found == pid for found in serving.values()):
+            return None
+        if not _running(pid):
+            where = " and ".join(map(str, ports))
+            return f"process {pid} exited before serving port {where} (its own line above says why); nothing to measure"
+        if time.monotonic() > deadline:
+            other = next(((port, found) for port, found in serving.items() if found not in (None, pid)), None)
+            if other:
+                return (
+                    f"port {other[0]} is served by another test server (pid {other[1]}), not by {pid}; "
+                    f"stop it (`kill {other[1]}`) and start again"
+                )
+            return f"process {pid} did not serve port {ports[0]} within {timeout_s:g} s; see its output above"
+        time.sleep(0.2)
+
+
 def _seconds(value: str) -> float:
     """A delay flag's value: a finite number of seconds, not negative (asyncio would treat -1 as no wait at all)."""
     try:
@@ -555,10 +600,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--l2-s", type=_seconds, default=Behaviour.l2_s, help="... of a prompt in the shared L2")
     parser.add_argument("--warm-s", type=_seconds, default=Behaviour.warm_s, help="... of a prompt in its own cache")
     parser.add_argument("--no-shared-l2", action="store_true", help="each server gets its own store (no shared L2)")
+    parser.add_argument(
+        "--wait-for",
+        type=int,
+        metavar="PID",
+        help="start nothing: wait until the test server with this PID serves every --port, exit 1 with one line when "
+        "it exits first or another server holds a port (a script then benchmarks only its own server)",
+    )
+    parser.add_argument("--timeout-s", type=_seconds, default=30.0, help="how long --wait-for waits (default 30)")
     args = parser.parse_args(argv)
     ports = tuple(args.port or [8101, 8102])
     if len(set(ports)) != len(ports):
         parser.error(f"--port repeats a port ({' '.join(map(str, ports))}); give each server its own")
+    if args.wait_for is not None:
+        problem = wait_for_server(args.wait_for, ports, args.timeout_s)
+        if problem:
+            print(f"kvtier testserver: {problem}", file=sys.stderr)
+            return 1
+        return 0
     behaviour = Behaviour(cold_s=args.cold_s, l2_s=args.l2_s, warm_s=args.warm_s)
     cluster = FakeCluster(len(ports), behaviour, ports, shared_l2=not args.no_shared_l2)
     try:
