@@ -24,6 +24,7 @@ from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
 from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
+from kvtier.sizing import lora_gib_per_gpu
 
 if TYPE_CHECKING:
     from kvtier.config.endpoint import Endpoint
@@ -75,7 +76,14 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
     instance = env.instance(endpoint.instance_type)
     tp = endpoint.tensor_parallel
     tiers = endpoint_tiers(env, config.lobs, lob, endpoint, model)
-    budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
+    budget = gpu_budget(
+        instance.gpu_spec,
+        endpoint.gpu_memory_utilization,
+        model,
+        tp,
+        endpoint.block_size,
+        lora_gib_per_gpu(endpoint, model),
+    )
     speed = speeds(model, instance, tp)
     share = l2_share(env, config.lobs, lob, endpoint)
     connector = connector_for(endpoint)

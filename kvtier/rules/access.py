@@ -101,3 +101,15 @@ def check_model_buckets(ctx: Context, found: Findings) -> None:
                     "keep model weights in a bucket of your own with another name",
                 )
             )
+        for index, adapter in enumerate(site.endpoint.adapters):  # LoRA adapters' buckets (issue 35), the same rule
+            bucket = getattr(adapter.source, "bucket", None)
+            if bucket is not None and any(fnmatchcase(bucket, p) for p in patterns):
+                found.errors.append(
+                    Problem(
+                        site.file,
+                        site.at(f"adapters[{index}].source.bucket"),
+                        f"'{bucket}' is named like a bucket kvtier creates ({' or '.join(patterns)}), which the "
+                        "model readers are denied",
+                        "keep adapter weights in a bucket of your own with another name",
+                    )
+                )

@@ -16,6 +16,7 @@ from botocore.stub import Stubber
 from kvtier.cli import main as cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
+from kvtier.ops.checks import Check
 from kvtier.naming import inference_role_names
 from kvtier.ops import preflight
 from kvtier.ops.preflight import (
@@ -818,7 +819,7 @@ def _with_admins(prod: Config, *admins: str) -> Config:
     return replace(prod, env=prod.env.model_copy(update={"eks": prod.env.eks.model_copy(update={"admins": admins})}))
 
 
-def _admin(report: preflight.PreflightReport) -> list[preflight.Check]:
+def _admin(report: preflight.PreflightReport) -> list[Check]:
     return [c for c in report.checks if c.area == "admin"]
 
 
@@ -843,7 +844,12 @@ def test_an_admin_that_does_not_exist_is_a_problem(east: Stubs, prod: Config) ->
 
 def test_an_identity_center_role_without_its_path_is_named_with_it(east: Stubs, prod: Config) -> None:
     config = _with_admins(prod, f"arn:aws:iam::{ACCOUNT}:role/{SSO_NAME}", SSO_ARN)
-    _ready_prod(east, prod, admins=lambda s: [_admin_role(s, SSO_NAME, SSO_ARN), _admin_role(s, SSO_NAME, SSO_ARN)])
+
+    def twice(s: Stubs) -> None:
+        _admin_role(s, SSO_NAME, SSO_ARN)
+        _admin_role(s, SSO_NAME, SSO_ARN)
+
+    _ready_prod(east, prod, admins=twice)
     report = collect(config.env, east.clients)
     without, with_path = _admin(report)
     assert (without.verdict, without.value) == ("problem", SSO_ARN)
