@@ -16,9 +16,9 @@ from botocore.stub import Stubber
 from kvtier.cli import main as cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
-from kvtier.ops.checks import Check
 from kvtier.naming import inference_role_names
 from kvtier.ops import preflight
+from kvtier.ops.checks import Check
 from kvtier.ops.preflight import (
     BOOTSTRAP_STACK,
     QUOTA_ACROSS_CLUSTERS,
