@@ -5,6 +5,11 @@ VENV := .venv
 # checkov (tests/stacks/test_security_scan.py) lives in its own venv: its pins conflict with ours (requirements-checkov.txt).
 # Only the tests need it, so `make pytest` installs it and `make setup` (what `make synth` needs) does not.
 CHECKOV_VENV := .venv-checkov
+# network-config-analyzer (tests/k8s/test_connectivity.py), the NetworkPolicy evaluator, likewise (requirements-nca.txt).
+NCA_VENV := .venv-nca
+# NVIDIA AIPerf (tests/bench/test_aiperf.py drives the test server with it) likewise: 139 packages that are not ours
+# (requirements-aiperf.txt; about 860 MB, 31 s with a warm uv cache, bytecode included: it halves each aiperf run).
+AIPERF_VENV := .venv-aiperf
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # jsii and the CDK CLI use the Node release pinned in package.json (Node 20 is end-of-life for jsii).
@@ -67,6 +72,20 @@ $(CHECKOV_VENV)/.installed: requirements-checkov.txt $(VENV)/.installed
 	else $(CHECKOV_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-checkov.txt; fi
 	touch $@
 
+$(NCA_VENV)/.installed: requirements-nca.txt $(VENV)/.installed
+	test -x $(NCA_VENV)/bin/python || python3 -m venv $(NCA_VENV)
+	if [ "$${KVTIER_INSTALLER:-uv}" = uv ] && [ -x $(VENV)/bin/uv ] && UV_NO_PROGRESS=1 $(VENV)/bin/uv pip install \
+	    --python $(NCA_VENV)/bin/python --compile-bytecode --quiet -r requirements-nca.txt; then :; \
+	else $(NCA_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-nca.txt; fi
+	touch $@
+
+$(AIPERF_VENV)/.installed: requirements-aiperf.txt $(VENV)/.installed
+	test -x $(AIPERF_VENV)/bin/python || python3 -m venv $(AIPERF_VENV)
+	if [ "$${KVTIER_INSTALLER:-uv}" = uv ] && [ -x $(VENV)/bin/uv ] && UV_NO_PROGRESS=1 $(VENV)/bin/uv pip install \
+	    --python $(AIPERF_VENV)/bin/python --compile-bytecode --quiet -r requirements-aiperf.txt; then :; \
+	else $(AIPERF_VENV)/bin/pip install --quiet --disable-pip-version-check -r requirements-aiperf.txt; fi
+	touch $@
+
 node_modules/.installed: package.json package-lock.json
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $@
@@ -112,7 +131,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 # -p tests.heartbeat: a line after 6 s of silence (collection, a long test), so a CI log never looks hung.
-pytest: setup promtool fuse $(CHECKOV_VENV)/.installed $(VENV)/.compiled
+pytest: setup promtool fuse $(CHECKOV_VENV)/.installed $(NCA_VENV)/.installed $(AIPERF_VENV)/.installed $(VENV)/.compiled
 	$(PY) -m pytest -p tests.heartbeat
 
 # Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its

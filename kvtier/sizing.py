@@ -23,9 +23,10 @@ from kvtier.catalog import (
     VLLM_HOST_BASE_GIB,
     VLLM_HOST_PER_RANK_GIB,
     InstanceType,
+    Model,
 )
 from kvtier.config.curvine import CurvineConfig, cpu_millis, memory_bytes
-from kvtier.config.endpoint import CacheConfig
+from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.serving import l1_pinned_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -151,3 +152,25 @@ def curvine_node_shares(curvine: CurvineConfig, *, fuse: bool) -> list[Share]:
 
 def daemonset_share() -> Share:
     return Share("other DaemonSets", int(DAEMONSET_CPU_MILLIS.value), int(DAEMONSET_MEMORY_MIB.value) * MIB)
+
+
+# ---- LoRA adapters (issue 35) -------------------------------------------------------------------------------------
+
+
+def lora_gib_per_gpu(endpoint: Endpoint, model: Model) -> float:
+    """GPU memory vLLM reserves for LoRA adapters on one GPU of a replica: `max_loras` slots, each with an A (rank x in)
+    and a B (out x rank) matrix at `max_lora_rank` for every linear layer of every decoder layer (vLLM preallocates
+    the slots when `--enable-lora` is set: docs/references.md "LoRA adapters (issue 35)"), split over the
+    tensor-parallel ranks. A Llama-style layer's linear layers sum to 9h + 2kv + 3i inputs plus outputs (q, k, v, o,
+    gate, up, down; h hidden, kv the KV width, i the MLP width). The catalog has no MLP width, so i is what the
+    parameters left after attention give with no embeddings: an upper bound. 0 without adapters."""
+    if not endpoint.adapters:
+        return 0.0
+    hidden = model.attention_heads * model.head_dim
+    kv = model.kv_heads * model.head_dim
+    per_layer = model.params / model.layers
+    mlp = max(hidden, (per_layer - 2 * hidden * hidden - 2 * hidden * kv) / (3 * hidden))
+    dims = 9 * hidden + 2 * kv + 3 * mlp
+    limits = endpoint.lora
+    elements = limits.max_loras * model.layers * limits.max_lora_rank * dims
+    return elements * model.dtype_bytes / endpoint.tensor_parallel / (1024**3)

@@ -48,6 +48,9 @@ ROUTER_POLICY = {
     "roundrobin": "round_robin",
     "poolaware": "cache_aware",  # with knobs derived from the plan (kvtier/planner/pool_routing.py)
 }
+# LoRA adapters from S3 (issue 35): the AWS CLI's image fetches them before the engine starts (`aws s3 sync`, with the
+# pod's EKS Pod Identity credentials). Tag pinned to an AWS CLI v2 release; pin a digest you pulled for production.
+ADAPTER_S3_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.0"
 # Kyverno: official chart (https://kyverno.github.io/kyverno/), chart 3.9.0 = app v1.19.0 (kyverno/kyverno@ee97ce09).
 KYVERNO_CHART_REPOSITORY = "https://kyverno.github.io/kyverno/"
 KYVERNO_CHART_VERSION = "3.9.0"

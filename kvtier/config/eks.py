@@ -30,6 +30,10 @@ class EksConfig(StrictModel):
     # 0.0.0.0/0 default.
     public_access_cidrs: Items[Ipv4Cidr] = ()
     admins: Items[Annotated[str, AfterValidator(_principal)]] = ()
+    # Upgrade path (issue 37): kvtier before issue 37 keyed access entries by list position. An environment deployed
+    # so lists its admins here once, in the order they were deployed; each keeps its entry's id, so the upgrade
+    # replaces none (`kvtier validate --previous` prints the list to write). Never needed for a new environment.
+    index_keyed_admins: Items[Annotated[str, AfterValidator(_principal)]] = ()
 
     @model_validator(mode="after")
     def _private_has_no_public_cidrs(self) -> EksConfig:
@@ -37,6 +41,13 @@ class EksConfig(StrictModel):
             if self.admins.index(admin) != i:
                 raise FieldError(
                     f"admins[{i}]", f"'{admin}' is listed twice", "list each principal once (one access entry each)"
+                )
+        for i, admin in enumerate(self.index_keyed_admins):
+            if self.index_keyed_admins.index(admin) != i:
+                raise FieldError(
+                    f"index_keyed_admins[{i}]",
+                    f"'{admin}' is listed twice",
+                    "list the admins once each, in the order they were deployed",
                 )
         if self.endpoint_access == "private" and "public_access_cidrs" in self.model_fields_set:
             raise FieldError(

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES, SHAPE_EXTRAS, AttentionKind, KvCacheDtype, WeightFormat
+from kvtier.config.adapters import Adapter, LoraLimits, check_adapters
 from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
@@ -333,6 +334,9 @@ class Endpoint(StrictModel):
     mode: Mode = "operator"
     autoscaling: Autoscaling | None = None
     bench: BenchConfig = BenchConfig()
+    # LoRA adapters on the base model (issue 35, kvtier/config/adapters.py): standalone mode only.
+    adapters: Annotated[Items[Adapter], Field(max_length=256)] = ()
+    lora: LoraLimits = LoraLimits()
 
     @property
     def max_replicas(self) -> int:
@@ -357,6 +361,15 @@ class Endpoint(StrictModel):
                 "the HyperPod tiered storage L2 is wired by the Inference Operator only",
                 "use l2: curvine or none in standalone mode, or mode: operator",
             )
+        if self.adapters:
+            if self.mode == "operator":
+                raise FieldError(
+                    "adapters",
+                    "the Inference Operator's InferenceEndpointConfig has no LoRA adapter field (pinned CRD), so "
+                    "operator mode cannot serve adapters",
+                    "use mode: standalone for an endpoint with adapters",
+                )
+            check_adapters(self.adapters, self.lora, self.model.id)
         if self.autoscaling is not None:  # where KEDA comes from is a cross-file rule (kvtier/rules/autoscaling.py)
             low, high = self.autoscaling.min_replicas, self.autoscaling.max_replicas
             if not low <= self.replicas <= high:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from kvtier.config.adapters import S3Adapter
 from kvtier.config.endpoint import S3Model
 from kvtier.config.environment import Environment
 from kvtier.config.errors import cut_quoted, problems_from
@@ -45,9 +46,15 @@ class Config:
 
     def model_buckets(self) -> tuple[str, ...]:
         """The S3 buckets the LOB files load model weights from, each once, sorted."""
-        return tuple(
-            sorted({e.model.bucket for lob in self.lobs for e in lob.endpoints if isinstance(e.model, S3Model)})
-        )
+        models = {e.model.bucket for lob in self.lobs for e in lob.endpoints if isinstance(e.model, S3Model)}
+        adapters = {  # LoRA adapters' buckets (issue 35), read the same way
+            a.source.bucket
+            for lob in self.lobs
+            for e in lob.endpoints
+            for a in e.adapters
+            if isinstance(a.source, S3Adapter)
+        }
+        return tuple(sorted(models | adapters))
 
 
 def resolve_config_dir(flag: str | None) -> Path:

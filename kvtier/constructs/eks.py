@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import os
 from collections.abc import Sequence
 from typing import cast
 
@@ -19,6 +21,28 @@ from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge, acknowl
 from kvtier.versions import KUBERNETES_VERSION
 
 ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+
+
+ADMIN_ENTRY_PREFIX = "Principal"  # + 10 hex of the ARN's SHA-256; logical id `EksPrincipal<hex><CDK path hash>`
+
+
+def admin_entry_ids(admins: Sequence[str], index_keyed: Sequence[str] = ()) -> dict[str, str]:
+    """Principal -> the construct id of its access entry: derived from the ARN, so adding, removing or reordering
+    admins touches only those principals. `PrincipalArn` is create-only and EKS allows one entry per principal, so an
+    entry whose principal changed under the same id is created before the old one is deleted and fails with 409
+    (docs/references.md "Issue 37"). A principal listed in `eks.index_keyed_admins` (an environment first deployed by
+    a kvtier that keyed entries by list position) keeps `Admin<position>`, the id it was deployed with, so the
+    upgrade replaces no entry. `KVTIER_ADMIN_IDS_BREAK=index` restores the old ids (list positions)."""
+    if os.environ.get("KVTIER_ADMIN_IDS_BREAK") == "index":
+        return {principal: f"Admin{index}" for index, principal in enumerate(admins)}
+    return {
+        principal: (
+            f"Admin{index_keyed.index(principal)}"
+            if principal in index_keyed
+            else f"{ADMIN_ENTRY_PREFIX}{hashlib.sha256(principal.encode()).hexdigest()[:10]}"
+        )
+        for principal in admins
+    }
 
 
 class KvtierEks(Construct):
@@ -88,10 +112,11 @@ class KvtierEks(Construct):
             self, "OidcProvider", url=self.cluster.cluster_open_id_connect_issuer_url
         )
         self._issuer = Fn.select(1, Fn.split("https://", self.cluster.cluster_open_id_connect_issuer_url))
+        entry_ids = admin_entry_ids(env.eks.admins, env.eks.index_keyed_admins)
         self.admin_entries = [
             eks.AccessEntry(
                 self,
-                f"Admin{index}",
+                entry_ids[principal],
                 cluster=self.icluster,
                 principal=principal,
                 access_policies=[
@@ -100,7 +125,7 @@ class KvtierEks(Construct):
                     )
                 ],
             )
-            for index, principal in enumerate(env.eks.admins)
+            for principal in env.eks.admins
         ]
 
     def _acknowledge_cdk_managed_parts(self) -> None:

@@ -7,14 +7,18 @@ from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from kvtier.config.adapters import S3Adapter
 from kvtier.config.endpoint import S3Model
 from kvtier.config.lob import LineOfBusiness
 from kvtier.constructs.nag import acknowledge
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 
-def s3_models(lob: LineOfBusiness) -> list[S3Model]:
-    return [e.model for e in lob.endpoints if isinstance(e.model, S3Model)]
+def s3_models(lob: LineOfBusiness) -> list[S3Model | S3Adapter]:
+    """Every S3 prefix the LOB's pods read weights from: the endpoints' models and their LoRA adapters (issue 35)."""
+    models: list[S3Model | S3Adapter] = [e.model for e in lob.endpoints if isinstance(e.model, S3Model)]
+    adapters = [a.source for e in lob.endpoints for a in e.adapters if isinstance(a.source, S3Adapter)]
+    return [*models, *adapters]
 
 
 class ModelReaderRole(Construct):

@@ -17,7 +17,16 @@ namespace that is not another LOB's. Operator-mode engines accept the operator's
 health checks) and the load balancer subnets (the operator's ALB sends to pod IPs from there): the public subnets
 of a VPC kvtier creates, or `existing.load_balancer_cidrs`. Not the whole VPC: with the VPC CNI, pod IPs are VPC
 IPs, so that would let other LOBs in. Metrics scrapers are allowed from namespaces labelled
-`kvtier.io/metrics-scraper=true`, on the ports kvtier's PodMonitors scrape (engines, routers, janitors). Egress stays open (model downloads, AWS APIs, DNS).
+`kvtier.io/metrics-scraper=true`, on the ports kvtier's PodMonitors scrape (engines, routers, janitors).
+
+Egress (issue 33) is an allow-list, `lob_egress`: the LOB's own pods, DNS, the EKS Pod Identity agent, HTTPS (the
+VPC's interface endpoints and the EKS API in the private subnets, S3 through its gateway endpoint, Hugging Face
+through the NAT), the LOB's operator routers, and the janitor's calls to the Curvine master's web port. A LOB
+admin may edit these (NetworkPolicies are namespaced): they are defence in depth; what holds against that admin is
+in the `curvine` and operator namespaces (kvtier/k8s/curvine/policies.py, `operator_router_policies`).
+
+Operator endpoints: their router pods live in the operator's namespace, where kvtier adds one policy per endpoint
+(`operator_router_policies`): only the LOB's own namespace and namespaces that are no LOB's, as standalone routers.
 """
 
 from __future__ import annotations
@@ -31,7 +40,16 @@ from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
 from kvtier.config.network import plan_subnets
 from kvtier.k8s.base import KvtierChart, api_object
-from kvtier.k8s.endpoint_names import COMPONENT_LABEL, OPERATOR_NAMESPACE
+from kvtier.k8s.curvine import names as curvine
+from kvtier.k8s.curvine.janitor import COMPONENT as JANITOR
+from kvtier.k8s.curvine.janitor import COMPONENT_LABEL as JANITOR_LABEL
+from kvtier.k8s.endpoint_names import (
+    COMPONENT_LABEL,
+    OPERATOR_NAMESPACE,
+    OPERATOR_ROUTER_PORT,
+    operator_router_pod_label,
+    operator_router_service_name,
+)
 from kvtier.k8s.namespace import LOB_LABEL
 from kvtier.k8s.observability.scrape import lob_scrape_ports
 from kvtier.naming import MODEL_READER_SA, lob_namespace
@@ -73,6 +91,82 @@ def _policy(name: str, namespace: str, pod_selector: dict[str, Any], ingress: li
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"podSelector": pod_selector, "policyTypes": ["Ingress"], "ingress": ingress},
     }
+
+
+def _egress_policy(
+    name: str, namespace: str, pod_selector: dict[str, Any], egress: list[dict[str, Any]]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"podSelector": pod_selector, "policyTypes": ["Egress"], "egress": egress},
+    }
+
+
+# EKS Pod Identity agent (host network, link-local): https://docs.aws.amazon.com/eks/latest/userguide/pod-id-how-it-works.html
+POD_IDENTITY_AGENT = "169.254.170.23/32"
+POD_IDENTITY_PORT = 80
+HTTPS_PORT = 443
+DNS_PEER = {
+    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+}
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def lob_egress(lob: LineOfBusiness) -> list[dict[str, Any]]:
+    """The LOB namespace's egress allow-list (module doc); each destination is one rule, in this order."""
+    namespace = lob_namespace(lob.name)
+    rules: list[dict[str, Any]] = [
+        {"to": [{"podSelector": {}}]},  # the LOB's own routers, engines, controllers, benchmarks
+        {"to": [DNS_PEER], "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
+        {"to": [{"ipBlock": {"cidr": POD_IDENTITY_AGENT}}], "ports": _tcp(POD_IDENTITY_PORT)},
+        # HTTPS, wherever it goes: the interface endpoints and the EKS API's network interfaces sit in the same private
+        # subnets as the pods (kvtier/constructs/network.py), so "outside the cluster's ranges" would have to add them
+        # back; S3 through its gateway endpoint (S3's public addresses), Hugging Face through the NAT. No Curvine or
+        # kvtier port is 443, and every LOB's and Curvine's pods deny ingress by default.
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": _tcp(HTTPS_PORT)},
+    ]
+    if any(e.mode == "operator" for e in lob.endpoints):
+        operator_ns = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": OPERATOR_NAMESPACE}}}
+        rules.append({"to": [operator_ns], "ports": _tcp(OPERATOR_ROUTER_PORT)})  # its own endpoints' routers
+    janitor_to_web = {
+        "to": [
+            {
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": curvine.NAMESPACE}},
+                "podSelector": {"matchLabels": curvine.component_labels("master")},
+            }
+        ],
+        "ports": _tcp(curvine.MASTER_WEB_PORT),
+    }
+    return [
+        _egress_policy("default-deny-egress", namespace, {}, []),
+        _egress_policy("allow-egress", namespace, {}, rules),
+        _egress_policy(
+            "allow-janitor-to-curvine-web", namespace, {"matchLabels": {JANITOR_LABEL: JANITOR}}, [janitor_to_web]
+        ),
+    ]
+
+
+def operator_router_policies(lob: LineOfBusiness) -> list[dict[str, Any]]:
+    """One policy per operator endpoint in the operator's namespace (a LOB admin cannot edit it): its router pods
+    admit the LOB's own namespace and namespaces that are no LOB's (the operator itself, scrapers, gateways)."""
+    own = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": lob_namespace(lob.name)}}}
+    not_a_lob = {"namespaceSelector": {"matchExpressions": [{"key": LOB_LABEL, "operator": "DoesNotExist"}]}}
+    return [
+        _policy(
+            operator_router_service_name(lob.name, e.name),
+            OPERATOR_NAMESPACE,
+            {"matchLabels": {"app": operator_router_pod_label(lob.name, e.name)}},
+            [{"from": [own, not_a_lob]}],
+        )
+        for e in sorted(lob.endpoints, key=lambda e: e.name)
+        if e.mode == "operator"
+    ]
 
 
 def load_balancer_cidrs(env: Environment) -> tuple[str, ...]:
@@ -159,3 +253,9 @@ def add_isolation(chart: KvtierChart, env: Environment, lob: LineOfBusiness) -> 
     )
     for policy in network_policies(lob, load_balancer_cidrs(env)):
         api_object(chart, policy["metadata"]["name"], policy)
+    if isolation_broken():  # the old manifests: ingress only, operator routers open (tests/k8s/connectivity.py)
+        return
+    for policy in lob_egress(lob):
+        api_object(chart, policy["metadata"]["name"], policy)
+    for policy in operator_router_policies(lob):
+        api_object(chart, f"operator-router-{policy['metadata']['name']}", policy)

@@ -18,6 +18,7 @@ from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
 from kvtier.connectors import connector_for, engine_image
 from kvtier.connectors.base import EngineWiring, MountedFiles
+from kvtier.k8s.adapters import adapter_pod_parts, lora_args, reads_s3
 from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
@@ -127,14 +128,20 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
     size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
     model_args, model_env = _model(env, endpoint)
     volumes, mounts = _volumes(endpoint, wiring)
-    args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT), *wiring.args]
+    # LoRA adapters (issue 35): fetched by init containers onto a volume the engine mounts.
+    adapter_init, adapter_volumes, adapter_mounts, adapter_env = adapter_pod_parts(
+        env, endpoint, engine_image(endpoint)
+    )
+    volumes += adapter_volumes
+    mounts += adapter_mounts
+    args = [*model_args, *vllm_args(endpoint), "--port", str(ENGINE_PORT), *wiring.args, *lora_args(endpoint)]
     ports: list[dict[str, Any]] = [{"name": "http", "containerPort": ENGINE_PORT}]
     container = {
         "name": CONTAINER,
         "image": engine_image(endpoint),
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "env": _engine_env(wiring, model_env),
+        "env": [*_engine_env(wiring, model_env), *adapter_env],
         "ports": ports,
         "resources": size.resources(),
         "startupProbe": _probe(10, STARTUP_FAILURES),
@@ -164,11 +171,16 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
                 "spec": {
                     **placement(env, "gpu").pod_spec(),
                     # S3 weights are read with the LOB's Pod Identity role through this service account.
-                    **({"serviceAccountName": MODEL_READER_SA} if isinstance(endpoint.model, S3Model) else {}),
+                    **(
+                        {"serviceAccountName": MODEL_READER_SA}
+                        if isinstance(endpoint.model, S3Model) or reads_s3(endpoint)
+                        else {}
+                    ),
                     "terminationGracePeriodSeconds": 60,
                     # vLLM never calls the Kubernetes API; Pod Identity mounts its own token for S3.
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(non_root=False),
+                    **({"initContainers": adapter_init} if adapter_init else {}),
                     "containers": [container],
                     "volumes": volumes,
                 },

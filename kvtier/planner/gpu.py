@@ -28,11 +28,12 @@ class GpuBudget:
     reserve_gib: float  # peak activations + CUDA graphs + NCCL (catalog GPU_RESERVE_GIB)
     kv_bytes_per_token: int  # this GPU's share of one token's KV
     block_tokens: int
+    lora_gib: float = 0.0  # LoRA adapter slots (kvtier/sizing.py lora_gib_per_gpu)
 
     @property
     def kv_gib(self) -> float:
-        """Negative when the weights do not fit."""
-        return self.usable_gib - self.weights_gib - self.reserve_gib
+        """Negative when the weights (and adapter slots) do not fit."""
+        return self.usable_gib - self.weights_gib - self.reserve_gib - self.lora_gib
 
     @property
     def tokens(self) -> int:
@@ -43,7 +44,9 @@ class GpuBudget:
         return blocks * self.block_tokens
 
 
-def gpu_budget(gpu: Gpu, utilization: float, model: Model, tensor_parallel: int, block_tokens: int) -> GpuBudget:
+def gpu_budget(
+    gpu: Gpu, utilization: float, model: Model, tensor_parallel: int, block_tokens: int, lora_gib: float = 0.0
+) -> GpuBudget:
     return GpuBudget(
         memory_gib=gpu.memory_gib,
         usable_gib=gpu.memory_gib * utilization,
@@ -51,4 +54,5 @@ def gpu_budget(gpu: Gpu, utilization: float, model: Model, tensor_parallel: int,
         reserve_gib=GPU_RESERVE_GIB.value,
         kv_bytes_per_token=kv_bytes_per_token_per_gpu(model, tensor_parallel),
         block_tokens=block_tokens,
+        lora_gib=lora_gib,
     )

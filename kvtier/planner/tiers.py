@@ -17,6 +17,7 @@ from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
 from kvtier.planner.shapes import endpoint_model
 from kvtier.planner.speed import speeds
+from kvtier.sizing import lora_gib_per_gpu
 
 if TYPE_CHECKING:
     from kvtier.config.loader import Config
@@ -71,7 +72,14 @@ def endpoint_tiers(
     instance = env.instance(endpoint.instance_type)
     tp = endpoint.tensor_parallel
     kv = model.kv_bytes_per_token
-    budget = gpu_budget(instance.gpu_spec, endpoint.gpu_memory_utilization, model, tp, endpoint.block_size)
+    budget = gpu_budget(
+        instance.gpu_spec,
+        endpoint.gpu_memory_utilization,
+        model,
+        tp,
+        endpoint.block_size,
+        lora_gib_per_gpu(endpoint, model),
+    )
     speed = speeds(model, instance, tp)
     l1_bytes = (endpoint.cache.l1_gb if l1_gib is None else l1_gib) * GIB  # cache.l1_gb is GiB (LMCache's unit)
     # L1 (`l1_gb`, per replica) is split over the replica's TP ranks, one LMCache engine each (kvtier/connectors/lmcache.py).

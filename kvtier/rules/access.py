@@ -36,6 +36,9 @@ def check_eks_access(ctx: Context, found: Findings) -> None:
                     "private",
                 )
             )
+    for field, principals in (("admins", eks.admins), ("index_keyed_admins", eks.index_keyed_admins)):
+        for index, arn in enumerate(principals):
+            _check_admin(ctx, found, f"eks.{field}[{index}]", arn)
     if not eks.admins:
         found.warnings.append(
             Problem(
@@ -43,6 +46,42 @@ def check_eks_access(ctx: Context, found: Findings) -> None:
                 "eks.admins",
                 "no IAM principal gets cluster-admin access, so no person can use kubectl on this cluster",
                 "list your platform team's role, e.g. admins: [arn:aws:iam::<account>:role/<name>]",
+            )
+        )
+
+
+def partition(region: str) -> str:
+    """The ARN partition of a region (AWS General Reference, "Amazon Resource Names": aws, aws-cn, aws-us-gov)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def _check_admin(ctx: Context, found: Findings, field: str, arn: str) -> None:
+    """The shape is checked by the config model; here the partition (an error: EKS refuses it after building the
+    cluster) and the account (a warning: EKS takes a STANDARD entry's principal from another account, but preflight
+    cannot read a role there)."""
+    expected = partition(ctx.env.region)
+    arn_partition, account = arn.split(":")[1], arn.split(":")[4]
+    if arn_partition != expected:
+        found.errors.append(
+            Problem(
+                ctx.env_file,
+                field,
+                f"'{arn}' is in partition {arn_partition}, but region {ctx.env.region} is in {expected}",
+                f"use arn:{expected}:iam::<account>:role/<name>",
+            )
+        )
+    elif ctx.env.account and account != ctx.env.account:
+        found.warnings.append(
+            Problem(
+                ctx.env_file,
+                field,
+                f"'{arn}' is in account {account}, not the environment's {ctx.env.account} (EKS accepts it, but "
+                "kvtier preflight cannot check that it exists)",
+                f"use arn:{expected}:iam::{ctx.env.account}:role/<name>, or check the principal in account {account}",
             )
         )
 
@@ -62,3 +101,15 @@ def check_model_buckets(ctx: Context, found: Findings) -> None:
                     "keep model weights in a bucket of your own with another name",
                 )
             )
+        for index, adapter in enumerate(site.endpoint.adapters):  # LoRA adapters' buckets (issue 35), the same rule
+            bucket = getattr(adapter.source, "bucket", None)
+            if bucket is not None and any(fnmatchcase(bucket, p) for p in patterns):
+                found.errors.append(
+                    Problem(
+                        site.file,
+                        site.at(f"adapters[{index}].source.bucket"),
+                        f"'{bucket}' is named like a bucket kvtier creates ({' or '.join(patterns)}), which the "
+                        "model readers are denied",
+                        "keep adapter weights in a bucket of your own with another name",
+                    )
+                )

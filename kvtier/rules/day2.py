@@ -6,7 +6,11 @@ Refused unless `--allow-replacement`:
   cfn-lint 1.58.0's registry schema, docs/references.md "Foundation");
 - a change of the Curvine master count (Raft membership is fixed at first start; the chart refuses it upstream);
 - any change in an operator-mode endpoint's `intelligentRoutingSpec` (immutable once set, so the operator
-  rejects the update; the endpoint must be replaced).
+  rejects the update; the endpoint must be replaced);
+- an EKS access entry whose principal changes under the same logical ID, or a principal whose entry moves to another
+  logical ID: `PrincipalArn` is create-only, CloudFormation creates the replacement before it deletes the old entry,
+  and EKS allows one entry per principal, so the create fails with 409 and the stack rolls back (issue 37). The fix
+  names the `eks.index_keyed_admins` list that keeps the deployed ids.
 
 Reported, never refused: a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
 may scale it to one pod once before KEDA's autoscaler takes over; Kubernetes "Migrating Deployments and StatefulSets
@@ -18,6 +22,7 @@ the old one is left to the janitor. The notice names each fact that moved, with 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +35,10 @@ HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
 HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
 CURVINE_MASTERS = ("StatefulSet", "curvine", "curvine-master")
 IEC_KIND = "InferenceEndpointConfig"
+ACCESS_ENTRY_TYPE = "AWS::EKS::AccessEntry"
+# The logical id kvtier gave an admin's entry while ids were list positions: construct `Admin<n>` under `Eks`, plus
+# CDK's 8-character path hash (kvtier/constructs/eks.py keeps it for the principals in `eks.index_keyed_admins`).
+INDEX_KEYED_ENTRY = re.compile(r"^EksAdmin(\d+)[0-9A-F]{8}$")
 L2_IDENTITY_KINDS = (IEC_KIND, "Deployment")  # where the charts put the endpoint's identity (either mode)
 
 
@@ -92,10 +101,52 @@ def _objects(template: dict[str, Any], kind: str) -> dict[tuple[str, str], dict[
     }
 
 
+def _access_entries(template: dict[str, Any]) -> dict[str, str]:
+    """Logical id -> principal ARN of every access entry whose principal is a literal (the admins)."""
+    return {
+        logical_id: resource["Properties"]["PrincipalArn"]
+        for logical_id, resource in template.get("Resources", {}).items()
+        if resource.get("Type") == ACCESS_ENTRY_TYPE
+        and isinstance(resource.get("Properties", {}).get("PrincipalArn"), str)
+    }
+
+
+def _entry_fix(old: dict[str, str]) -> str:
+    positions = sorted((int(m.group(1)), arn) for lid, arn in old.items() if (m := INDEX_KEYED_ENTRY.match(lid)))
+    if positions and [p for p, _ in positions] == list(range(len(positions))):
+        listed = ", ".join(arn for _, arn in positions)
+        return (
+            f"this environment's entries are keyed by list position: add `index_keyed_admins: [{listed}]` to its eks "
+            "section (the admins in the order they were deployed) so each keeps its entry"
+        )
+    return "keep each deployed principal under the logical id it was deployed with (eks.index_keyed_admins)"
+
+
+def access_entry_changes(stack: str, old_template: dict[str, Any], new_template: dict[str, Any]) -> list[Change]:
+    """Access entries that the update would create while their principal still has an entry (409)."""
+    old, new = _access_entries(old_template), _access_entries(new_template)
+    why = (
+        "PrincipalArn is create-only: CloudFormation creates the new entry before it deletes the old one, and EKS "
+        "allows one entry per principal, so the create fails (409 ResourceInUseException) and the stack rolls back; "
+    )
+    changes: list[Change] = []
+    for logical_id in sorted(set(old) & set(new)):
+        if old[logical_id] != new[logical_id]:
+            changes.append(
+                Change(stack, f"EKS access entry {logical_id}", old[logical_id], new[logical_id], why + _entry_fix(old))
+            )
+    old_ids = {arn: lid for lid, arn in old.items()}
+    for logical_id, arn in sorted(new.items()):
+        if arn in old_ids and old_ids[arn] != logical_id and logical_id not in old:
+            changes.append(Change(stack, f"EKS access entry of {arn}", old_ids[arn], logical_id, why + _entry_fix(old)))
+    return changes
+
+
 def compare(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
     changes: list[Change] = []
     for stack in sorted(set(before) & set(after)):
         old, new = before[stack], after[stack]
+        changes.extend(access_entry_changes(stack, old, new))
         for logical_id, old_props in _hyperpod(old).items():
             new_props = _hyperpod(new).get(logical_id)
             if new_props is None:

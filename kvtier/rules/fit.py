@@ -14,6 +14,7 @@ from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.host import PodMemory, node_memory, pod_memory, worst_packing
 from kvtier.planner.tiers import endpoint_tiers
 from kvtier.rules.context import Context, Findings, Site
+from kvtier.sizing import lora_gib_per_gpu
 
 
 def placement_problems(ctx: Context, site: Site) -> list[Problem]:
@@ -68,7 +69,22 @@ def check_model_fits(ctx: Context, site: Site, model: Model, found: Findings) ->
             )
         )
         return
-    budget = gpu_budget(instance.gpu_spec, e.gpu_memory_utilization, model, tp, e.block_size)
+    budget = gpu_budget(
+        instance.gpu_spec, e.gpu_memory_utilization, model, tp, e.block_size, lora_gib_per_gpu(e, model)
+    )
+    if budget.kv_gib <= 0 < budget.kv_gib + budget.lora_gib:  # the weights fit, the adapter slots do not
+        found.errors.append(
+            Problem(
+                site.file,
+                site.at("lora.max_loras"),
+                f"vLLM reserves {budget.lora_gib:.1f} GiB per GPU for {e.lora.max_loras} LoRA adapter slots of rank "
+                f"{e.lora.max_lora_rank} on {model.id}, and {instance.gpu_spec.name} leaves "
+                f"{budget.kv_gib + budget.lora_gib:.1f} GiB after the weights and the activation reserve: no room "
+                "for KV",
+                "lower lora.max_loras (adapters in one batch) or lora.max_lora_rank (to the largest adapter rank)",
+            )
+        )
+        return
     if budget.kv_gib <= 0:
         need = smallest_tp_that_fits(ctx, site, model)
         found.errors.append(

@@ -60,9 +60,11 @@ def test_lob_stack_holds_its_fences_volume_policy_and_endpoints(prod: Synth, lob
         if obj["kind"] in ("Namespace", "PersistentVolume"):
             continue
         if obj["metadata"].get("namespace") == "hyperpod-inference-system":
-            # The one object outside the LOB namespace: a Service in front of the operator's router pods, named
-            # after the LOB so that LOBs never collide (kvtier/k8s/endpoint_names.py).
-            assert obj["kind"] == "Service" and obj["metadata"]["name"].startswith(f"{lob}-"), obj["metadata"]
+            # The objects outside the LOB namespace: a Service in front of the operator's router pods and the
+            # NetworkPolicy that admits only this LOB to them (issue 33), named after the LOB so that LOBs never collide
+            # (kvtier/k8s/endpoint_names.py).
+            assert obj["kind"] in ("Service", "NetworkPolicy"), obj["metadata"]
+            assert obj["metadata"]["name"].startswith(f"{lob}-"), obj["metadata"]
             continue
         assert obj["metadata"].get("namespace") == namespace, obj["metadata"]
 

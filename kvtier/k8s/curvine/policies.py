@@ -32,7 +32,7 @@ from kvtier.k8s.curvine.janitor import COMPONENT_LABEL
 from kvtier.k8s.curvine.scripts import FENCE, script_text
 from kvtier.k8s.isolation import METRICS_SCRAPER_LABEL, isolation_broken
 from kvtier.k8s.namespace import LOB_LABEL
-from kvtier.k8s.placement import node_selector, placement
+from kvtier.k8s.placement import placement
 
 COMPONENT_KEY = "app.kubernetes.io/component"
 FENCE_NAME = "kvtier-l2-fence"
@@ -111,11 +111,11 @@ def pod_ranges(env: Environment) -> tuple[str, ...]:
     return (env.network.cidr,)
 
 
-def fence_args(env: Environment) -> list[str]:
-    selector = ",".join(f"{k}={v}" for k, v in sorted(node_selector(env, "gpu").items()))
+def fence_args() -> list[str]:
+    workers = ",".join(f"{k}={v}" for k, v in sorted(names.component_labels("worker").items()))
     return [
         f"--namespace={names.NAMESPACE}",
-        f"--node-selector={selector}",
+        f"--worker-selector={workers}",
         f"--prefix={FENCE_PREFIX}",
         f"--target={COMPONENT_KEY}=master:{names.MASTER_RPC_PORT}",
         f"--target={COMPONENT_KEY}=worker:{names.WORKER_RPC_PORT}",
@@ -126,6 +126,7 @@ def fence_args(env: Environment) -> list[str]:
 FENCE_CLUSTER_RULES = [
     {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list"]},
     # `status.podIP=<node address>` only: is a node's address a pod's (an address reused after a node went away)?
+    # Also the Curvine workers (which nodes to fence) in its own namespace.
     {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]},
 ]
 FENCE_NAMESPACE_RULES = [
@@ -168,7 +169,7 @@ def _fence(chart: KvtierChart, env: Environment) -> None:
         "image": env.curvine.images.curvine,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", f"{FENCE_SCRIPT_DIR}/{FENCE}"],
-        "args": fence_args(env),
+        "args": fence_args(),
         "env": [env_var("PYTHONDONTWRITEBYTECODE", "1"), env_var("PYTHONUNBUFFERED", "1")],
         "resources": FENCE_RESOURCES,
         "securityContext": {

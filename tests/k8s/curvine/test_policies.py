@@ -142,6 +142,8 @@ class _FakeKube(l2_fence.Kube):
         self.calls.append(f"{method} {path.split('?', maxsplit=1)[0]}")
         if path.startswith("/api/v1/nodes"):
             return {"items": self.nodes}
+        if path.startswith("/api/v1/namespaces/curvine/pods"):  # the workers: one per node given, plus a stray node
+            return {"items": [{"spec": {"nodeName": n["metadata"]["name"]}} for n in self.nodes[:2]]}
         if path.startswith("/api/v1/pods"):
             return {"items": self.pods.get(path.rsplit("%3D", 1)[-1], [])}
         if method == "GET":
@@ -156,23 +158,25 @@ class _FakeKube(l2_fence.Kube):
 
 def test_fence_reconciles_against_the_api() -> None:
     kube = _FakeKube(
-        [_node("gpu-a", "10.0.3.7"), _node("gpu-b", "10.0.3.8")],
+        [_node("gpu-a", "10.0.3.7"), _node("gpu-b", "10.0.3.8"), _node("system-a", "10.0.3.20")],
         {"10.0.3.8": [{"spec": {}}], "10.0.3.7": [{"spec": {"hostNetwork": True}}]},
     )
-    args = argparse.Namespace(namespace="curvine", node_selector="kvtier.io/role=gpu", prefix=FENCE_PREFIX)
+    args = argparse.Namespace(
+        namespace="curvine", worker_selector="app.kubernetes.io/component=worker", prefix=FENCE_PREFIX
+    )
     lines = l2_fence.reconcile(kube, args, TARGETS)
     assert lines == [
         "node gpu-b: 10.0.3.8 is a pod's address (not host network); not admitted",
         "created l2-fence-gpu-a (10.0.3.7)",
     ]
-    assert set(kube.policies) == {"l2-fence-gpu-a"}
+    assert set(kube.policies) == {"l2-fence-gpu-a"}  # no worker on system-a: not fenced in
     assert l2_fence.reconcile(kube, args, TARGETS) == [
         "node gpu-b: 10.0.3.8 is a pod's address (not host network); not admitted"
     ]
 
 
-def test_fence_args_name_the_gpu_nodes_and_rpc_ports(config: Config) -> None:
-    rendered = fence_args(config.env)
+def test_fence_args_name_the_workers_and_rpc_ports() -> None:
+    rendered = fence_args()
     assert "--target=app.kubernetes.io/component=master:8995" in rendered
     assert "--target=app.kubernetes.io/component=worker:8997" in rendered
-    assert "--node-selector=kvtier.io/role=gpu" in rendered
+    assert "--worker-selector=app.kubernetes.io/component=worker,app.kubernetes.io/name=curvine" in rendered

@@ -154,7 +154,9 @@ def pod_held(kube: Kube, addresses: list[str]) -> set[str]:
 
 def reconcile(kube: Kube, args: argparse.Namespace, targets: list[dict[str, Any]]) -> list[str]:
     """One pass; returns what it did or refused, a line each."""
-    nodes = kube.items("/api/v1/nodes", labelSelector=args.node_selector)
+    workers = kube.items(f"/api/v1/namespaces/{args.namespace}/pods", labelSelector=args.worker_selector)
+    on = {str(w.get("spec", {}).get("nodeName")) for w in workers if w.get("spec", {}).get("nodeName")}
+    nodes = [n for n in kube.items("/api/v1/nodes") if n.get("metadata", {}).get("name") in on]
     addresses = [a for a in (node_address(n) for n in nodes) if a is not None]
     wanted, lines = desired(nodes, pod_held(kube, addresses), args.namespace, args.prefix, targets)
     base = f"/apis/networking.k8s.io/v1/namespaces/{args.namespace}/networkpolicies"
@@ -186,7 +188,7 @@ def parse_targets(values: list[str]) -> list[dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--namespace", required=True)
-    parser.add_argument("--node-selector", required=True, help="label selector of the nodes FUSE runs on")
+    parser.add_argument("--worker-selector", required=True, help="label selector of the Curvine workers' pods")
     parser.add_argument("--prefix", default="l2-fence-")
     parser.add_argument("--target", action="append", default=[], help="KEY=VALUE:PORT (repeat)")
     parser.add_argument("--interval-s", type=float, default=10.0)
