@@ -25,6 +25,7 @@ FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 # A line of the public traces is at most a few KB (one id per 512 tokens); a longer one is not a trace line, and the
 # cap keeps a file without newlines (or a device) from being read into memory whole.
 MAX_LINE_BYTES = 1 << 20
+ADAPTER_MAX = 63  # an adapter name (kvtier/config/adapters.py: an RFC 1123 label)
 PROGRESS_LINES = 1024  # lines between progress callbacks while reading
 
 
@@ -39,6 +40,9 @@ class TraceRequest:
     output_length: int  # generated tokens (>= 1)
     hash_ids: tuple[int, ...]  # prefix-chained block ids, one per `block_tokens` of the prompt
     line: int = 0  # 1-based line in the file (0: built in code)
+    # The LoRA adapter that served it (optional `adapter` key, issue 35; None or absent: the base model). Adapters
+    # key their KV apart on every tier, so two requests share KV only when they name the same adapter.
+    adapter: str | None = None
 
 
 @dataclass(frozen=True)
@@ -157,7 +161,13 @@ def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceReque
             f"{where}: {len(ids)} hash_ids for input_length {length}; "
             f"a Mooncake trace has one id per {block_tokens}-token block ({expected} here)"
         )
-    return TraceRequest(float(timestamp), length, row["output_length"], tuple(ids), number)
+    adapter = row.get("adapter")
+    if adapter is not None and (not isinstance(adapter, str) or not 1 <= len(adapter) <= ADAPTER_MAX):
+        raise TraceError(
+            f"{where}: adapter {_show(adapter)} is not an adapter name; give a string of 1-{ADAPTER_MAX} characters, "
+            "or null for the base model"
+        )
+    return TraceRequest(float(timestamp), length, row["output_length"], tuple(ids), number, adapter)
 
 
 def _show(value: object) -> str:

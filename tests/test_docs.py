@@ -38,7 +38,7 @@ PROMPT_BLOCKS = {"console", "text"}  # only `$ ` lines are commands
 # Programs the docs may run that kvtier cannot check further (cluster tools, coreutils, shell keywords).
 KNOWN_PROGRAMS = {
     "source", "kubectl", "aws", "eksctl", "helm", "curl", "cp", "kill", "sleep", "seq", "for", "done", "break",
-    "findmnt", "df", "mkdir", "chmod", "ls", "wc", "head", "grep", "sh", "echo",
+    "findmnt", "df", "mkdir", "chmod", "ls", "wc", "head", "grep", "sh", "echo", "true",
 }  # fmt: skip
 CDK_COMMANDS = {"synth", "deploy", "destroy", "bootstrap", "diff"}
 KEYWORDS = {"do", "then", "else", "time"}
@@ -315,31 +315,60 @@ def test_the_readme_try_it_block_runs_in_a_copy_without_shared(tmp_path: Path) -
     assert f"skipped {skipped[1]} of {skipped[2]} requests" in " ".join(output.split())
 
 
-def test_rerunning_the_try_it_server_steps_with_an_old_server_running_stops_before_the_bench(tmp_path: Path) -> None:
-    """An earlier run's test server still holds 8101: the new one says so in one line and the block stops, instead
-    of benchmarking the old server."""
+def _paste_with_an_old_server(tmp_path: Path, old_port_index: int) -> tuple[str, int]:
+    """The README's server steps pasted into an interactive bash (no -e: a failed command does not stop the rest)
+    while an earlier run's test server holds one of its two ports; (output, requests the old server got)."""
     from kvtier.bench.testserver import FakeCluster
 
     block = try_it_block()
     steps = block[block.index("python -m kvtier.bench.testserver") :]
-    assert "kvtier bench sweep" in steps and "kill -0 $SERVER" in steps
+    assert "kvtier bench sweep" in steps and "--wait-for $SERVER" in steps
     with FakeCluster(1) as old:
-        steps = steps.replace("8101", str(old.servers[0].port)).replace("8102", str(free_ports(1)[0]))
+        ports = free_ports(2)
+        ports[old_port_index] = old.servers[0].port
+        steps = steps.replace("8101", str(ports[0])).replace("8102", str(ports[1]))
         env = {**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}", "PYTHONPATH": str(ROOT)}
         process = subprocess.Popen(
-            ["bash", "-e", "-o", "pipefail", "-c", steps],
+            ["bash", "--norc", "--noprofile", "-i"], stdin=subprocess.PIPE,
             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
         )  # fmt: skip
         try:
-            output, _ = process.communicate(timeout=60)
+            output, _ = process.communicate(steps + "exit\n", timeout=90)
         finally:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGKILL)
-        assert old.servers[0].requests == 0  # the old server was not benchmarked
-    assert process.returncode != 0, output
-    assert f"cannot listen on 127.0.0.1 port {old.servers[0].port}: address already in use" in output
-    assert "Traceback" not in output
+        return output, old.servers[0].requests
+
+
+@pytest.mark.parametrize("held", [0, 1], ids=["write-port-held", "read-port-held"])
+def test_pasting_the_try_it_server_steps_with_an_old_server_running_measures_nothing(tmp_path: Path, held: int) -> None:
+    """An earlier run's test server still holds 8101 (or 8102): the new one says so in one line, the wait says in
+    one line that it exited, and the bench never runs: not against the old server, not at all."""
+    output, old_requests = _paste_with_an_old_server(tmp_path, held)
+    assert old_requests == 0, output  # the old server was not benchmarked
+    assert "address already in use; stop what holds it" in output, output
+    assert re.search(r"kvtier testserver: process \d+ exited before serving port \d+ and \d+ \(its own line", output)
+    assert "speedup" not in output and "Traceback" not in output and "No such process" not in output, output
     assert not (tmp_path / "bench-results").exists()
+
+
+def test_the_wait_names_another_server_on_a_port(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that runs but is not the one asked for (a port answered by another test server) is one line."""
+    from kvtier.bench.testserver import FakeCluster, main
+
+    with FakeCluster(1) as old:
+        port = old.servers[0].port
+        sleeper = subprocess.Popen(["sleep", "30"])
+        try:
+            code = main(["--wait-for", str(sleeper.pid), "--port", str(port), "--timeout-s", "0.5"])
+        finally:
+            sleeper.kill()
+            sleeper.wait()
+    assert code == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"kvtier testserver: port {port} is served by another test server (pid {os.getpid()}), not by {sleeper.pid}; "
+        f"stop it (`kill {os.getpid()}`) and start again"
+    ]
 
 
 SAMPLES = [sample for page in docsamples.PAGES for sample in docsamples.samples(page)]

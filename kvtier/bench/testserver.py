@@ -22,6 +22,7 @@ import contextlib
 import hashlib
 import http.client
 import json
+import math
 import os
 import socket
 import struct
@@ -30,6 +31,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -329,7 +331,7 @@ class FakeServer:
         body = json.loads(raw)
         words = _words(body)
         delay, local_hit, l2_hit = self.lookup(words)
-        max_tokens = int(body.get("max_tokens") or b.output_tokens)
+        max_tokens = _token_limit(body) or b.output_tokens
         n_out = min(b.output_tokens, max_tokens)
         self.log.append(
             Logged(
@@ -348,25 +350,34 @@ class FakeServer:
         seed = hashlib.sha256(" ".join(words).encode()).hexdigest()
         pieces = [f" w{seed[i % 60 : i % 60 + 4]}" for i in range(n_out)]
         chat = path.endswith("chat/completions")
+        streaming = b.stream and bool(body.get("stream"))
+        # What every OpenAI answer (and each of its stream's chunks) carries, as vLLM sends it: clients such as
+        # NVIDIA AIPerf read `object` to tell a chunk from a whole answer and drop answers without it.
+        envelope = {
+            "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+            "object": ("chat.completion.chunk" if streaming else "chat.completion") if chat else "text_completion",
+            "created": int(time.time()),
+            "model": str(body.get("model") or b.model),
+        }
         usage = {
             "prompt_tokens": len(words),
             "completion_tokens": n_out,
             "total_tokens": len(words) + n_out,
             "prompt_tokens_details": {"cached_tokens": local_hit + l2_hit},
         }
-        if not b.stream or not body.get("stream"):
+        if not streaming:
             await asyncio.sleep(delay + b.itl_s * max(n_out - 1, 0))
             message = (
                 {"message": {"role": "assistant", "content": "".join(pieces)}} if chat else {"text": "".join(pieces)}
             )
-            answer = {"choices": [{"index": 0, **message, "finish_reason": "length"}], "usage": usage}
+            answer = {**envelope, "choices": [{"index": 0, **message, "finish_reason": "length"}], "usage": usage}
             await _respond(writer, 200, answer, keep=keep)
             return keep
         # Chunked transfer encoding (as uvicorn streams) lets the connection carry the next request afterwards.
         framing = "Transfer-Encoding: chunked\r\nConnection: keep-alive" if keep else "Connection: close"
         head = f"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n{framing}\r\n\r\n"
         writer.write(head.encode())
-        send = _Events(writer, chunked=keep)
+        send = _Events(writer, envelope, chunked=keep)
         if chat:  # vLLM's first chat chunk carries the role and no text
             await send.event({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
         # Sleep until `delay` after arrival, however long the parsing above took.
@@ -385,6 +396,15 @@ class FakeServer:
         await send.end()
         self.completed += 1
         return keep
+
+
+def _token_limit(body: dict[str, Any]) -> int | None:
+    """The most tokens the request lets the answer have: `max_completion_tokens` (the OpenAI chat API's name, which
+    AIPerf sends) before the older `max_tokens`, as vLLM reads them; None when it sets neither."""
+    for key in ("max_completion_tokens", "max_tokens"):
+        if body.get(key) is not None:
+            return int(body[key])
+    return None
 
 
 async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
@@ -414,14 +434,16 @@ async def _respond(
 
 
 class _Events:
-    """SSE events on a response body: in HTTP/1.1 chunks (keep-alive), or raw until the connection closes."""
+    """SSE events on a response body: in HTTP/1.1 chunks (keep-alive), or raw until the connection closes. Each
+    event starts with the answer's `envelope` (id, object, created, model), as every chunk of vLLM's streams does."""
 
-    def __init__(self, writer: asyncio.StreamWriter, *, chunked: bool) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, envelope: dict[str, Any], *, chunked: bool) -> None:
         self.writer = writer
+        self.envelope = envelope
         self.chunked = chunked
 
     async def event(self, chunk: dict[str, Any]) -> None:
-        await self.raw(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+        await self.raw(b"data: " + json.dumps({**self.envelope, **chunk}).encode() + b"\n\n")
 
     async def raw(self, data: bytes) -> None:
         self.writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if self.chunked else data)
@@ -494,6 +516,62 @@ async def _cancel_others() -> None:
     await asyncio.gather(*others, return_exceptions=True)
 
 
+def _serving_pid(port: int) -> int | None:
+    """The PID a test server on 127.0.0.1:`port` names in its /metrics; None when nothing (or something else) answers."""
+    with contextlib.suppress(OSError, http.client.HTTPException, ValueError):
+        with _DIRECT.open(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            first = resp.readline().decode("utf-8", "replace").split()
+        if first[:4] == ["#", "kvtier", "testserver", "pid"]:
+            return int(first[4])
+    return None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it exists
+    with contextlib.suppress(ChildProcessError):  # our own child that exited: a zombie until reaped
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    return True
+
+
+def wait_for_server(pid: int, ports: tuple[int, ...], timeout_s: float) -> str | None:
+    """None once the test server `pid` serves every port; else the one-line reason it does not: it exited (it said
+    why itself: a port in use, say), another test server answers on a port, or nothing answered in time."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        serving = {port: _serving_pid(port) for port in ports}
+        if all(found == pid for found in serving.values()):
+            return None
+        if not _running(pid):
+            where = " and ".join(map(str, ports))
+            return f"process {pid} exited before serving port {where} (its own line above says why); nothing to measure"
+        if time.monotonic() > deadline:
+            other = next(((port, found) for port, found in serving.items() if found not in (None, pid)), None)
+            if other:
+                return (
+                    f"port {other[0]} is served by another test server (pid {other[1]}), not by {pid}; "
+                    f"stop it (`kill {other[1]}`) and start again"
+                )
+            return f"process {pid} did not serve port {ports[0]} within {timeout_s:g} s; see its output above"
+        time.sleep(0.2)
+
+
+def _seconds(value: str) -> float:
+    """A delay flag's value: a finite number of seconds, not negative (asyncio would treat -1 as no wait at all)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a number of seconds; give one such as 0.4") from None
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"{value} is not a delay; give seconds >= 0, such as 0.4")
+    return seconds
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -518,14 +596,28 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--port", type=_port, action="append", help="port of one server (repeat for more)")
-    parser.add_argument("--cold-s", type=float, default=Behaviour.cold_s)
-    parser.add_argument("--l2-s", type=float, default=Behaviour.l2_s)
-    parser.add_argument("--warm-s", type=float, default=Behaviour.warm_s)
+    parser.add_argument("--cold-s", type=_seconds, default=Behaviour.cold_s, help="time to first token of a new prompt")
+    parser.add_argument("--l2-s", type=_seconds, default=Behaviour.l2_s, help="... of a prompt in the shared L2")
+    parser.add_argument("--warm-s", type=_seconds, default=Behaviour.warm_s, help="... of a prompt in its own cache")
     parser.add_argument("--no-shared-l2", action="store_true", help="each server gets its own store (no shared L2)")
+    parser.add_argument(
+        "--wait-for",
+        type=int,
+        metavar="PID",
+        help="start nothing: wait until the test server with this PID serves every --port, exit 1 with one line when "
+        "it exits first or another server holds a port (a script then benchmarks only its own server)",
+    )
+    parser.add_argument("--timeout-s", type=_seconds, default=30.0, help="how long --wait-for waits (default 30)")
     args = parser.parse_args(argv)
     ports = tuple(args.port or [8101, 8102])
     if len(set(ports)) != len(ports):
         parser.error(f"--port repeats a port ({' '.join(map(str, ports))}); give each server its own")
+    if args.wait_for is not None:
+        problem = wait_for_server(args.wait_for, ports, args.timeout_s)
+        if problem:
+            print(f"kvtier testserver: {problem}", file=sys.stderr)
+            return 1
+        return 0
     behaviour = Behaviour(cold_s=args.cold_s, l2_s=args.l2_s, warm_s=args.warm_s)
     cluster = FakeCluster(len(ports), behaviour, ports, shared_l2=not args.no_shared_l2)
     try:

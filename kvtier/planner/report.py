@@ -153,6 +153,23 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "break_even_tokens": break_even,
         "break_even_note": note,
         "autoscaling": _autoscaling(lob, endpoint, tiers, prompt_tokens, env.observability.ttft_p90_slo_ms / 1000),
+        **({"adapters": _adapters(endpoint, tiers, share.bytes, budget.lora_gib)} if endpoint.adapters else {}),
+    }
+
+
+def _adapters(endpoint: Endpoint, tiers: TierModel, l2_bytes: float, lora_gib: float) -> dict[str, Any]:
+    """LoRA adapters split the cache (issue 35): each adapter's KV and the base model's are keyed apart on every tier,
+    so with traffic spread evenly over them each gets 1 / (adapters + 1) of L1 and L2 (`kvtier simulate` with the
+    trace's `adapter` field measures the real split)."""
+    shares = len(endpoint.adapters) + 1
+    return {
+        "names": [a.name for a in endpoint.adapters],
+        "key_spaces": shares,
+        "lora_gib_per_gpu": lora_gib,
+        "l1_gib_per_share": endpoint.cache.l1_gb / shares,
+        "l1_tokens_per_share": tiers.l1_tokens // shares,
+        "l2_gb_per_share": l2_bytes / GB / shares,
+        "l2_tokens_per_share": tiers.l2_tokens // shares,
     }
 
 

@@ -77,6 +77,18 @@ def _endpoint_rows(plan: dict[str, Any]) -> list[tuple[str, list[str]]]:
             for e in endpoints
         ],
     )
+    if any("adapters" in e for e in endpoints):  # issue 35: only where an endpoint has LoRA adapters
+        row(
+            "LoRA adapters (even split)",
+            [
+                f"{len(a['names'])} + base: L1 {tokens(a['l1_tokens_per_share'])} ({a['l1_gib_per_share']:.1f} GiB), "
+                f"L2 {tokens(a['l2_tokens_per_share'])} ({a['l2_gb_per_share']:,.0f} GB) each; slots "
+                f"{a['lora_gib_per_gpu']:.2f} GiB/GPU"
+                if (a := e.get("adapters"))
+                else "-"
+                for e in endpoints
+            ],
+        )
     row("chunk from L1", [f"{seconds(e['load']['l1_chunk_s'])} at {e['load']['h2d_gbps']:g} GB/s" for e in endpoints])
     row(
         "chunk read from L2",

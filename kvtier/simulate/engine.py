@@ -38,6 +38,7 @@ from kvtier.simulate.trace import UnitTrace, to_units
 from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_TARGET_FRACTION
 from kvtier.trace import Trace
 
+BASE_MODEL = "base"  # the per-adapter key of requests without an adapter
 PROGRESS_EVERY = 256  # requests between progress callbacks
 # The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): a pass every JANITOR_INTERVAL_SECONDS, and once over
 # budget it deletes down to JANITOR_TARGET_FRACTION of it (both from kvtier.sizing, which the chart reads too).
@@ -150,6 +151,7 @@ class Replay:
         self.sequence = 0
         self.ttft: list[float] = []
         self.tier = [0, 0, 0, 0, 0]  # l0, l1, l2 same, l2 other, miss (tokens)
+        self.per_adapter: dict[str, list[int]] = {}  # the same, per LoRA adapter of the trace (issue 35)
         self.last_done = 0.0
         # LMCache chunks per simulated unit (2: 256-token chunks in 512-token trace blocks); above 1, a prompt
         # ending inside a unit stores that unit's whole chunks apart (see `partial_key`).
@@ -213,6 +215,7 @@ class Replay:
             l2_written_units=self.l2.written,
             l2_deleted_units=self.l2.deleted,
             l2_peak_units=self.l2.peak,
+            per_adapter={name: TierTokens(*counts) for name, counts in sorted(self.per_adapter.items())},
         )
 
     def arrive(self, index: int, now: float) -> None:
@@ -263,10 +266,7 @@ class Replay:
         if hit_tokens > tokens:  # every unit hit: the last one is partial
             hits[tier] -= hit_tokens - tokens
             hit_tokens = tokens
-        totals = self.tier
-        for position, amount in enumerate(hits):
-            totals[position] += amount
-        totals[4] += tokens - hit_tokens
+        self._count(index, hits, tokens - hit_tokens)
         reads = self.l2_reads[replica // self.replicas_per_node] if hits[2] or hits[3] else None
         if reads is not None:
             reads[:] = [end for end in reads if end > now]
@@ -279,6 +279,16 @@ class Replay:
         self.ttft.append(done - self.trace.arrival_s[index])
         self.sequence += 1
         heapq.heappush(self.events, (done, self.sequence, replica, index, known))
+
+    def _count(self, index: int, hits: list[int], missed: int) -> None:
+        """Add one request's tokens per tier to the totals, and to its adapter's when the trace names adapters."""
+        counters = [self.tier]
+        if self.trace.adapters:
+            counters.append(self.per_adapter.setdefault(self.trace.adapters[index] or BASE_MODEL, [0, 0, 0, 0, 0]))
+        for totals in counters:
+            for position, amount in enumerate(hits):
+                totals[position] += amount
+            totals[4] += missed
 
     def _partial(
         self, unit: int, held1: Mapping[int, None], files: Mapping[int, tuple[float, int]], replica: int, tier: int

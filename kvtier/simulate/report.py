@@ -197,6 +197,22 @@ def print_report(console: Console, title: str, model: TierModel, results: Sequen
         console.print(out)
     for line in notes(results, model):
         console.print(line, highlight=False, markup=False)
+    for line in adapter_lines(results):
+        console.print(line, highlight=False, markup=False)
+
+
+def adapter_lines(results: Sequence[SimResult]) -> list[str]:
+    """Hit rate per LoRA adapter (issue 35), one line per run, when the trace names adapters."""
+    lines: list[str] = []
+    for result in results:
+        if not result.per_adapter:
+            continue
+        parts = [
+            f"{name} {rates['total']:.1%} ({result.per_adapter[name].total:,} tokens)"
+            for name, rates in result.adapter_hit_rates().items()
+        ]
+        lines.append(f"hit rate per adapter, {result.routing}: " + ", ".join(parts))
+    return lines
 
 
 def json_report(

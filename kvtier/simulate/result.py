@@ -58,6 +58,17 @@ class SimResult:
     l2_deleted_units: int = 0
     l2_peak_units: int = 0  # L2 may exceed its budget between janitor sweeps
     extra: dict[str, Any] = field(default_factory=dict)  # labels the caller adds (e.g. the L2 size swept)
+    # Tokens per tier for each LoRA adapter of the trace ("base": the base model); empty without adapters (issue 35).
+    per_adapter: dict[str, TierTokens] = field(default_factory=dict)
+
+    def adapter_hit_rates(self) -> dict[str, dict[str, float]]:
+        """Per adapter: the share of its served prompt tokens each tier served, and all tiers together."""
+        rates: dict[str, dict[str, float]] = {}
+        for name, tokens in self.per_adapter.items():
+            total = tokens.total
+            rates[name] = {tier: getattr(tokens, tier) / total if total else 0.0 for tier in TIERS}
+            rates[name]["total"] = tokens.hit / total if total else 0.0
+        return rates
 
     def hit_rate(self, tier: str | None = None) -> float:
         """Fraction of served prompt tokens a tier served (None: all tiers together)."""
@@ -96,6 +107,8 @@ class SimResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["hit_rates"] = self.hit_rates
+        if self.per_adapter:
+            data["adapter_hit_rates"] = self.adapter_hit_rates()
         data["balance"] = self.balance
         data["skipped_token_share"] = self.skipped_token_share
         data["busiest_share"] = self.busiest_share

@@ -25,6 +25,8 @@ class UnitTrace:
     sessions: tuple[int, ...]  # the first block id: the trace has no session id
     unit_tokens: int
     blocks_per_unit: int
+    # Each request's LoRA adapter (None: the base model); empty when the trace names none (issue 35).
+    adapters: tuple[str | None, ...] = ()
 
 
 def blocks_per_unit(chunk_tokens: int, block_tokens: int = MOONCAKE_BLOCK_TOKENS) -> int:
@@ -64,7 +66,16 @@ def to_units(trace: Trace, chunk_tokens: int, qps_scale: float = 1.0) -> UnitTra
         else:
             last = len(blocks) - 1
             units.append(tuple(blocks[min(i + per_unit - 1, last)] for i in range(0, len(blocks), per_unit)))
+    names = sorted({r.adapter for r in ordered if r.adapter is not None})
+    if names:  # one key space per adapter: the same blocks under another adapter are other KV (issue 35)
+        spaces = len(names) + 1
+        index = {name: i + 1 for i, name in enumerate(names)}
+        units = [
+            tuple(u * spaces + (index[r.adapter] if r.adapter is not None else 0) for u in request_units)
+            for r, request_units in zip(ordered, units, strict=True)
+        ]
     return UnitTrace(
+        adapters=tuple(r.adapter for r in ordered) if names else (),
         arrival_s=tuple(r.timestamp_ms / 1000.0 / qps_scale for r in ordered),
         tokens=tuple(r.input_length for r in ordered),
         units=tuple(units),

@@ -94,7 +94,7 @@ class LobStack(KvtierStack):
 
     def _namespace(self) -> eks.KubernetesManifest:
         chart = self._chart("namespace")
-        add_namespace(chart, self.lob.name)
+        add_namespace(chart, self.lob.name, operator_pods=any(e.mode == "operator" for e in self.lob.endpoints))
         return self._apply("Namespace", chart)
 
     def _isolation(self) -> eks.KubernetesManifest:

@@ -19,10 +19,18 @@ from tests.support import ROOT
 
 PAUSE_S = 3.0
 SETUP_INPUTS = (
-    "requirements.txt", "requirements-dev.txt", "requirements-checkov.txt", "pyproject.toml", "package.json",
-    "package-lock.json", "scripts/install-venv.sh", "scripts/compile-optimized.py",
+    "requirements.txt", "requirements-dev.txt", "requirements-checkov.txt", "requirements-nca.txt",
+    "requirements-aiperf.txt", "pyproject.toml", "package.json", "package-lock.json", "scripts/install-venv.sh",
+    "scripts/compile-optimized.py",
 )  # fmt: skip
-STAMPS = (".venv/.installed", "node_modules/.installed", ".venv/.optimized", ".venv-checkov/.installed")
+STAMPS = (
+    ".venv/.installed",
+    "node_modules/.installed",
+    ".venv/.optimized",
+    ".venv-checkov/.installed",
+    ".venv-nca/.installed",
+    ".venv-aiperf/.installed",
+)
 
 
 def _tool(path: Path, body: str) -> None:
