@@ -15,6 +15,7 @@ import sys
 from collections.abc import Sequence
 
 from kvtier import __version__
+from kvtier.cli import hints
 from kvtier.errors import ExitCode, KvtierError
 
 # Subcommands of the design, in help order: each module defines `register(subparsers)`.
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(args, int):
             return args
     else:
-        args = parser.parse_args(words)
+        args = hints.parse(parser, words)
     try:
         code: int = args.func(args)
     except KvtierError as err:
@@ -68,7 +69,7 @@ def _parse_for_json(parser: argparse.ArgumentParser, words: list[str]) -> argpar
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured):
-            return parser.parse_args(words)
+            return hints.parse(parser, words)
     except SystemExit as exit_:
         sys.stderr.write(captured.getvalue())
         if exit_.code in (0, None):

@@ -20,6 +20,10 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 - Existing cluster: sagemaker:DescribeCluster is InService, orchestrated by the configured EKS cluster, and has
   NodeRecovery set (the Tiered Storage update needs it); iam:GetOpenIDConnectProvider exists and matches
   eks:DescribeCluster's OIDC issuer (a wrong ARN fails every IRSA role at run time).
+- Admins (a cluster kvtier creates): iam:GetRole / iam:GetUser for each `eks.admins` principal of the deploying
+  account, by name; the ARN IAM returns must be the configured one (an IAM Identity Center `AWSReservedSSO_*` role
+  given without its `aws-reserved/sso.amazonaws.com/` path is named with the ARN to use). EKS refuses a principal
+  that does not exist only after the cluster is built, and the rollback deletes it again.
 - Model buckets, with `model_bucket_access: tagged` (each S3 bucket a LOB file names): s3:GetBucketAbac is Enabled and s3control:ListTagsForResource
   shows the environment's model-reader tag, the two things the S3 CSI driver's role needs to read it (S3 ABAC,
   kvtier.constructs.eks_addons); the bucket's owner does them once per bucket, no stack does.
@@ -464,6 +468,38 @@ def model_bucket_check(
     return Check("model bucket", bucket, f"ABAC Enabled, {key}={MODEL_READER_TAG_VALUE}", "ok")
 
 
+SSO_ROLE_PREFIX = "AWSReservedSSO_"  # IAM Identity Center's roles (docs/references.md "Issue 37")
+SSO_ROLE_PATH = "aws-reserved/sso.amazonaws.com/"
+
+
+def admin_check(arn: str, found_arn: str | None, account: str) -> Check:
+    """One `eks.admins` principal: `found_arn` is the ARN IAM returns for its name (None: no such role or user)."""
+    kind, _, path_and_name = arn.split(":", 5)[5].partition("/")
+    name = path_and_name.rsplit("/", 1)[-1]
+    if found_arn is None:
+        hint = ""
+        if name.startswith(SSO_ROLE_PREFIX) and kind == "role":
+            hint = (
+                f"; an IAM Identity Center role is assigned per account (`aws iam get-role --role-name {name}` in "
+                f"account {account}) and its ARN has the path role/{SSO_ROLE_PATH}..."
+            )
+        return Check(
+            "admin",
+            arn,
+            "absent",
+            "problem",
+            f"no IAM {kind} {name} in account {account}: EKS refuses the access entry after the cluster is built{hint}",
+        )
+    if found_arn != arn:
+        why = (
+            f"an IAM Identity Center role's ARN includes its path ({SSO_ROLE_PATH}...)"
+            if name.startswith(SSO_ROLE_PREFIX)
+            else f"IAM's ARN of {kind} {name} is another one"
+        )
+        return Check("admin", arn, found_arn, "problem", f"{why}: list `{found_arn}` in eks.admins")
+    return Check("admin", arn, f"{kind} exists", "ok")
+
+
 # ---- reading -------------------------------------------------------------------------------------------------------
 
 
@@ -512,6 +548,7 @@ def collect(env: Environment, aws: Clients, model_buckets: Sequence[str] = ()) -
             lambda: offering_checks(env, zones, _offerings(aws.ec2, types)), "instance type", "EC2 offerings"
         )
         checks += _guard_many(lambda: leftover_checks(env, _leftovers(env, aws)), "leftovers", "earlier attempts")
+        checks += _admins(env, aws)
     for spec in addons_to_check(env):
         checks += _guard_many(_addon_reader(env, aws.eks, spec), "add-on", spec.name)
     existing = env.hyperpod.existing
@@ -609,6 +646,38 @@ def _leftovers(env: Environment, aws: Clients) -> Leftovers | None:
         else:
             raise
     return Leftovers(clusters, eks_status, tuple(found_roles), bucket, state)
+
+
+def _admins(env: Environment, aws: Clients) -> list[Check]:
+    """One check per admin; an API error is that admin's `unknown`, naming the call that failed."""
+
+    def read() -> list[Check]:
+        account = env.account or str(aws.sts.get_caller_identity()["Account"])
+        return [_admin(aws, arn, account) for arn in env.eks.admins]
+
+    return _guard_many(read, "admin", "eks.admins") if env.eks.admins else []
+
+
+def _admin(aws: Clients, arn: str, account: str) -> Check:
+    fields = arn.split(":", 5)
+    if fields[4] != account:
+        return Check(
+            "admin", arn, f"account {fields[4]}", "unknown", f"not checked: preflight reads account {account} only"
+        )
+    kind, _, path_and_name = fields[5].partition("/")
+    name = path_and_name.rsplit("/", 1)[-1]
+    call = "iam:GetRole" if kind == "role" else "iam:GetUser"
+    try:
+        if kind == "role":
+            found: str | None = str(aws.iam.get_role(RoleName=name)["Role"]["Arn"])
+        else:
+            found = str(aws.iam.get_user(UserName=name)["User"]["Arn"])
+    except ClientError as err:
+        if _code(err) != "NoSuchEntity":
+            _raise_if_unavailable(err)
+            return Check("admin", arn, "unreadable", "unknown", f"{call}: {_message(err)}")
+        found = None
+    return admin_check(arn, found, account)
 
 
 def _oidc(env: Environment, aws: Clients, provider_arn: str, eks_cluster: str) -> Check:

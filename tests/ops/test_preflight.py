@@ -18,6 +18,7 @@ from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.naming import inference_role_names
 from kvtier.ops import preflight
+from kvtier.ops.checks import Check
 from kvtier.ops.preflight import (
     BOOTSTRAP_STACK,
     QUOTA_ACROSS_CLUSTERS,
@@ -265,6 +266,18 @@ def _leftovers(s: Stubs, config: Config, account: str = ACCOUNT, **found: Any) -
         _not_found(s, "s3", "head_bucket", "404", params)
 
 
+def _admin_role(s: Stubs, name: str = "PlatformAdmin", arn: str | None = None) -> None:
+    """iam:GetRole of one admin by name; `arn`: what IAM answers (default: the role without a path)."""
+    role = {
+        "Path": "/",
+        "RoleName": name,
+        "RoleId": "AROAEXAMPLEEXAMPLE2",
+        "CreateDate": "2026-01-01T00:00:00Z",
+        "Arn": arn or f"arn:aws:iam::{ACCOUNT}:role/{name}",
+    }
+    s["iam"].add_response("get_role", {"Role": role}, {"RoleName": name})
+
+
 def _ready_prod(s: Stubs, prod: Config, **overrides: Any) -> None:
     _bootstrap(s, **overrides.get("bootstrap", {}))
     _caller(s, overrides.get("account", ACCOUNT))
@@ -273,6 +286,7 @@ def _ready_prod(s: Stubs, prod: Config, **overrides: Any) -> None:
     _zones(s, zones)
     _offerings(s, prod, [i for _, i in zones], overrides.get("missing"))
     _leftovers(s, prod, overrides.get("account", ACCOUNT), **overrides.get("leftovers", {}))
+    overrides.get("admins", _admin_role)(s)
     _addons(s, prod, offered=overrides.get("offered"))
 
 
@@ -288,7 +302,7 @@ def test_a_ready_account_passes_every_check(east: Stubs, prod: Config) -> None:
     report = collect(prod.env, east.clients)
     assert report.ready, _bad(report)
     areas = {c.area for c in report.checks}
-    assert areas == {"bootstrap", "account", "quota", "zone", "instance type", "leftovers", "add-on"}
+    assert areas == {"bootstrap", "account", "quota", "zone", "instance type", "leftovers", "admin", "add-on"}
     assert {c.name for c in report.checks if c.area == "add-on"} == {s.name for s in addons_to_check(prod.env)}
     zone = next(c for c in report.checks if c.area == "zone")
     assert zone.value == "us-east-1a = use1-az4, available"  # the AZ ID a zone name maps to in this account
@@ -333,6 +347,7 @@ def test_a_quota_never_applied_falls_back_to_aws_default(east: Stubs, prod: Conf
     _zones(east, PROD_ZONES)
     _offerings(east, prod, [i for _, i in PROD_ZONES])
     _leftovers(east, prod)
+    _admin_role(east)
     _addons(east, prod)
     (bad,) = [c for c in collect(prod.env, east.clients).checks if c.verdict != "ok"]
     assert bad.name == "ml.g6e.4xlarge for cluster usage" and "L-A15DF696" in bad.value
@@ -409,6 +424,7 @@ def test_an_api_error_makes_one_check_unknown(east: Stubs, prod: Config) -> None
     _zones(east, PROD_ZONES)
     _offerings(east, prod, [i for _, i in PROD_ZONES])
     _leftovers(east, prod)
+    _admin_role(east)
     _addons(east, prod)
     report = collect(prod.env, east.clients)
     assert _bad(report) == [("quota", "SageMaker quotas", "unknown")]
@@ -436,6 +452,7 @@ def test_offerings_unreadable_is_unknown_not_ready(east: Stubs, prod: Config) ->
         "describe_instance_type_offerings", service_error_code="UnauthorizedOperation", service_message="no"
     )
     _leftovers(east, prod)
+    _admin_role(east)
     _addons(east, prod)
     report = collect(prod.env, east.clients)
     assert _bad(report) == [("instance type", "EC2 offerings", "unknown")]
@@ -478,6 +495,7 @@ def test_leftovers_unreadable_is_unknown(east: Stubs, prod: Config) -> None:
     east["cloudformation"].add_client_error(
         "describe_stacks", service_error_code="AccessDenied", service_message="no", http_status_code=403
     )
+    _admin_role(east)
     _addons(east, prod)
     assert _bad(collect(prod.env, east.clients)) == [("leftovers", "earlier attempts", "unknown")]
 
@@ -789,3 +807,93 @@ def test_status_with_every_stack_in_the_config_reports_no_orphan(east: Stubs, pr
         "list_stacks", {"StackSummaries": live}, {"StackStatusFilter": _LIVE_STACK_STATUSES}
     )
     assert orphan_checks(prod.env, environment_stacks(prod.env, east.clients.cloudformation)) == []
+
+
+# ---- admins (issue 37) ---------------------------------------------------------------------------------------------
+
+SSO_NAME = "AWSReservedSSO_PlatformAdmin_0123456789abcdef"
+SSO_ARN = f"arn:aws:iam::{ACCOUNT}:role/aws-reserved/sso.amazonaws.com/us-east-1/{SSO_NAME}"
+
+
+def _with_admins(prod: Config, *admins: str) -> Config:
+    return replace(prod, env=prod.env.model_copy(update={"eks": prod.env.eks.model_copy(update={"admins": admins})}))
+
+
+def _admin(report: preflight.PreflightReport) -> list[Check]:
+    return [c for c in report.checks if c.area == "admin"]
+
+
+def test_an_admin_role_that_exists_passes(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    [check] = _admin(collect(prod.env, east.clients))
+    assert (check.name, check.value, check.verdict) == (
+        f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin",
+        "role exists",
+        "ok",
+    )
+
+
+def test_an_admin_that_does_not_exist_is_a_problem(east: Stubs, prod: Config) -> None:
+    _ready_prod(
+        east, prod, admins=lambda s: _not_found(s, "iam", "get_role", "NoSuchEntity", {"RoleName": "PlatformAdmin"})
+    )
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("admin", f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin", "problem")]
+    assert _admin(report)[0].detail.startswith(f"no IAM role PlatformAdmin in account {ACCOUNT}: EKS refuses")
+
+
+def test_an_identity_center_role_without_its_path_is_named_with_it(east: Stubs, prod: Config) -> None:
+    config = _with_admins(prod, f"arn:aws:iam::{ACCOUNT}:role/{SSO_NAME}", SSO_ARN)
+
+    def twice(s: Stubs) -> None:
+        _admin_role(s, SSO_NAME, SSO_ARN)
+        _admin_role(s, SSO_NAME, SSO_ARN)
+
+    _ready_prod(east, prod, admins=twice)
+    report = collect(config.env, east.clients)
+    without, with_path = _admin(report)
+    assert (without.verdict, without.value) == ("problem", SSO_ARN)
+    assert without.detail == (
+        "an IAM Identity Center role's ARN includes its path (aws-reserved/sso.amazonaws.com/...): "
+        f"list `{SSO_ARN}` in eks.admins"
+    )
+    assert with_path.verdict == "ok"
+
+
+def test_an_absent_identity_center_role_says_where_its_arn_comes_from(east: Stubs, prod: Config) -> None:
+    config = _with_admins(prod, f"arn:aws:iam::{ACCOUNT}:role/{SSO_NAME}")
+    _ready_prod(east, prod, admins=lambda s: _not_found(s, "iam", "get_role", "NoSuchEntity", {"RoleName": SSO_NAME}))
+    [check] = _admin(collect(config.env, east.clients))
+    assert check.verdict == "problem" and f"aws iam get-role --role-name {SSO_NAME}" in check.detail
+    assert "role/aws-reserved/sso.amazonaws.com/" in check.detail
+
+
+def test_an_admin_user_is_read_with_get_user(east: Stubs, prod: Config) -> None:
+    arn = f"arn:aws:iam::{ACCOUNT}:user/ops/alice"
+    user = {"Path": "/ops/", "UserName": "alice", "UserId": "AIDAEXAMPLEEXAMPLE1", "CreateDate": "2026-01-01T00:00:00Z"}
+    _ready_prod(
+        east,
+        prod,
+        admins=lambda s: s["iam"].add_response("get_user", {"User": {**user, "Arn": arn}}, {"UserName": "alice"}),
+    )
+    [check] = _admin(collect(_with_admins(prod, arn).env, east.clients))
+    assert (check.verdict, check.value) == ("ok", "user exists")
+
+
+def test_an_admin_api_error_is_unknown_naming_the_call(east: Stubs, prod: Config) -> None:
+    def denied(s: Stubs) -> None:
+        s["iam"].add_client_error(
+            "get_role", service_error_code="AccessDenied", service_message="not authorized", http_status_code=403
+        )
+
+    _ready_prod(east, prod, admins=denied)
+    report = collect(prod.env, east.clients)
+    assert _bad(report) == [("admin", f"arn:aws:iam::{ACCOUNT}:role/PlatformAdmin", "unknown")]
+    assert _admin(report)[0].detail == "iam:GetRole: AccessDenied: not authorized"
+
+
+def test_an_admin_of_another_account_is_not_checked(east: Stubs, prod: Config) -> None:
+    arn = "arn:aws:iam::444455556666:role/Auditor"
+    _ready_prod(east, prod, admins=lambda s: None)
+    [check] = _admin(collect(_with_admins(prod, arn).env, east.clients))
+    assert (check.verdict, check.value) == ("unknown", "account 444455556666")
