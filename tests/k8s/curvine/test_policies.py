@@ -180,3 +180,16 @@ def test_fence_args_name_the_workers_and_rpc_ports() -> None:
     assert "--target=app.kubernetes.io/component=master:8995" in rendered
     assert "--target=app.kubernetes.io/component=worker:8997" in rendered
     assert "--worker-selector=app.kubernetes.io/component=worker,app.kubernetes.io/name=curvine" in rendered
+
+
+def test_fence_probes_read_its_heartbeat(config: Config) -> None:
+    """Ready after a pass that succeeded, restarted after five minutes without one; the file is in a memory emptyDir."""
+    (chart,) = [c for c in curvine_charts(chart_app(), config.env) if c.node.id == "curvine-policies"]
+    (deployment,) = [o for o in chart.manifests() if o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--heartbeat=/run/fence/heartbeat" in container["args"]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert "/run/fence/heartbeat" in container[probe]["exec"]["command"][-1]
+    assert {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["volumes"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
