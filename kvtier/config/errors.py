@@ -183,7 +183,7 @@ def _describe(
         expected = ctx.get("expected_tags") or ctx.get("expected", "")
         key = str(ctx.get("discriminator", "")).strip(chr(39))
         tag = ctx.get("tag", value.get(key) if isinstance(value, dict) else "")
-        return f"{_display(tag)} is not a kind kvtier knows", f"use one of {expected}", (*loc, key)
+        return f"{_display(tag)} is not a kind kvtier knows", f"use one of {expected}", [*loc, key]
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         expected = ctx.get("expected_tags") or ctx.get("expected", "")
         return (
