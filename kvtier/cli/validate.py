@@ -33,7 +33,7 @@ def register(sub: Any) -> None:
 
 def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
     """(refusable changes, notices)."""
-    from kvtier.rules.day2 import autoscaler_handovers, cold_starts, compare, templates
+    from kvtier.rules.day2 import added_network_policies, autoscaler_handovers, cold_starts, compare, templates
 
     if not (previous / "manifest.json").is_file():
         raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
@@ -57,6 +57,7 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
             f"({', '.join(sorted(after))}); pass a synth of environment {config.env.name}"
         )
     notices = [*cold_starts(before, after), *autoscaler_handovers(before, after)]
+    notices += added_network_policies(before, after)  # issue 33
     return [str(c) for c in compare(before, after)], [str(c) for c in notices]
 
 

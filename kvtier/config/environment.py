@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.catalog import INSTANCE_TYPES, InstanceType, with_overrides, zone_id_prefix, zone_names
+from kvtier.catalog import INSTANCE_TYPES, ZONE_LETTERS, InstanceType, with_overrides, zone_id_prefix, zone_names
 from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
 from kvtier.config.curvine import CurvineConfig
 from kvtier.config.eks import EksConfig
@@ -56,7 +57,9 @@ def _tags(value: dict[str, str]) -> dict[str, str]:
             raise ValueError(
                 f"tag '{key}: {val}' has characters AWS refuses; use letters, digits, spaces and _ . : / = + - @"
             )
-        if not 1 <= len(key) <= 128 or len(val) > 256:
+        if not key:
+            raise ValueError("a tag has an empty key; give every tag a key of 1-128 characters")
+        if len(key) > 128 or len(val) > 256:
             raise ValueError(f"tag '{key}' is too long; keys have 1-128 characters and values at most 256")
         if key.lower().startswith(_RESERVED_TAG_PREFIXES):
             raise ValueError(f"tag '{key}' uses a reserved prefix; 'aws:' belongs to AWS and 'kvtier:' to kvtier")
@@ -101,6 +104,13 @@ class Environment(StrictModel):
     def _check_zones(self) -> None:
         """Zone names of the region (catalog), or AZ IDs with the region's prefix; one kind, not both."""
         names = zone_names(self.region)
+        if not names:  # a region no instance type of the catalog is offered in: the region is wrong, not its zones
+            close = difflib.get_close_matches(self.region, sorted(ZONE_LETTERS), n=2, cutoff=0.6)
+            raise FieldError(
+                "region",
+                f"'{self.region}' is not a region where HyperPod offers an instance type of kvtier's catalog",
+                f"use one such as {' or '.join(close or ['us-west-2', 'us-east-1'])}",
+            )
         prefix = zone_id_prefix(self.region)
         ids = self.zones_are_ids
         example = f"{self.region}a and {self.region}b" if not names else f"{names[0]} and {names[1 % len(names)]}"

@@ -179,6 +179,11 @@ def _describe(
         return f"{ctx.get('actual_length')} item(s) given", f"give at least {ctx.get('min_length')}", loc
     if kind == "too_long":
         return f"{ctx.get('actual_length')} items given", f"give at most {ctx.get('max_length')}", loc
+    if kind == "union_tag_invalid":  # the kind key is there, with a value no kind has: name that key and value
+        expected = ctx.get("expected_tags") or ctx.get("expected", "")
+        key = str(ctx.get("discriminator", "")).strip(chr(39))
+        tag = ctx.get("tag", value.get(key) if isinstance(value, dict) else "")
+        return f"{_display(tag)} is not a kind kvtier knows", f"use one of {expected}", [*loc, key]
     if kind in ("union_tag_not_found", "union_tag_invalid"):
         expected = ctx.get("expected_tags") or ctx.get("expected", "")
         return (

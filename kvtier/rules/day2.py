@@ -286,3 +286,27 @@ def _why(old: dict[str, Any], new: dict[str, Any]) -> str:
         meaning = FACT_MEANING.get(fact)
         parts.append(f"{fact} changed ({values}{': ' + meaning if meaning else ''})")
     return ", ".join(parts) or "its identity changed"
+
+
+# ---- Issue 33: NetworkPolicies a deploy adds ------------------------------------------------------------------------
+
+
+def added_network_policies(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    """Per stack, the NetworkPolicies the apply adds (a notice, not a refusal): a pod a new policy selects then takes
+    only the traffic some policy admits, so a client kvtier does not know of stops at the apply (docs/security.md)."""
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        old = _objects(before[stack], "NetworkPolicy")
+        added = sorted(f"{ns}/{name}" for ns, name in _objects(after[stack], "NetworkPolicy") if (ns, name) not in old)
+        if added:
+            changes.append(
+                Change(
+                    stack,
+                    "NetworkPolicies added",
+                    len(old),
+                    added,
+                    "the pods they select accept (or send) only what some policy admits from the apply on; a client "
+                    'or destination kvtier does not list stops working (docs/security.md "Network")',
+                )
+            )
+    return changes

@@ -184,6 +184,9 @@ def _as_dev(value: Any, selectors: dict[Role, tuple[dict[str, str], dict[str, st
     if isinstance(value, list):
         return [_as_dev(v, selectors) for v in value]
     if isinstance(value, str):
+        for theirs, ours in selectors.values():  # a selector passed as an argument, `--node-selector=key=label`
+            [(key, label)], [(our_key, our_label)] = theirs.items(), ours.items()
+            value = value.replace(f"={key}={label}", f"={our_key}={our_label}")
         return value.replace("byoc", "dev")
     return value
 

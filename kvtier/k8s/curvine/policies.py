@@ -41,6 +41,17 @@ FENCE_UID = 65532
 FENCE_SCRIPT_DIR = "/opt/kvtier/fence"
 FENCE_RESOURCES = {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"cpu": "100m", "memory": "96Mi"}}
 FENCE_INTERVAL_S = 10
+FENCE_HEARTBEAT = "/run/fence/heartbeat"  # touched after each pass that succeeded; the probes read its age
+
+
+def _heartbeat_probe(max_age_s: int, period_s: int, failures: int) -> dict[str, Any]:
+    check = f"import os,sys,time; sys.exit(time.time() - os.path.getmtime('{FENCE_HEARTBEAT}') > {max_age_s})"
+    return {
+        "exec": {"command": ["python3", "-c", check]},
+        "periodSeconds": period_s,
+        "timeoutSeconds": 5,
+        "failureThreshold": failures,
+    }
 
 
 def _component(*components: str) -> dict[str, Any]:
@@ -120,6 +131,7 @@ def fence_args() -> list[str]:
         f"--target={COMPONENT_KEY}=master:{names.MASTER_RPC_PORT}",
         f"--target={COMPONENT_KEY}=worker:{names.WORKER_RPC_PORT}",
         f"--interval-s={FENCE_INTERVAL_S}",
+        f"--heartbeat={FENCE_HEARTBEAT}",
     ]
 
 
@@ -172,13 +184,20 @@ def _fence(chart: KvtierChart, env: Environment) -> None:
         "args": fence_args(),
         "env": [env_var("PYTHONDONTWRITEBYTECODE", "1"), env_var("PYTHONUNBUFFERED", "1")],
         "resources": FENCE_RESOURCES,
+        # Ready once a pass has written the policies, and while passes keep succeeding; restarted after 5 minutes of
+        # failing passes (an API it cannot reach: a restart re-reads the token and the CA).
+        "readinessProbe": {**_heartbeat_probe(3 * FENCE_INTERVAL_S, FENCE_INTERVAL_S, 1), "initialDelaySeconds": 5},
+        "livenessProbe": {**_heartbeat_probe(300, 60, 3), "initialDelaySeconds": 60},
         "securityContext": {
             **RESTRICTED_READ_ONLY,
             "runAsNonRoot": True,
             "runAsUser": FENCE_UID,
             "runAsGroup": FENCE_UID,
         },
-        "volumeMounts": [{"name": "script", "mountPath": FENCE_SCRIPT_DIR, "readOnly": True}],
+        "volumeMounts": [
+            {"name": "script", "mountPath": FENCE_SCRIPT_DIR, "readOnly": True},
+            {"name": "run", "mountPath": FENCE_HEARTBEAT.rsplit("/", 1)[0]},
+        ],
     }
     api_object(
         chart,
@@ -200,7 +219,10 @@ def _fence(chart: KvtierChart, env: Environment) -> None:
                         **placement(env, "system").pod_spec(),
                         "securityContext": dict(POD_SECURITY),
                         "containers": [container],
-                        "volumes": [{"name": "script", "configMap": {"name": FENCE_NAME}}],
+                        "volumes": [
+                            {"name": "script", "configMap": {"name": FENCE_NAME}},
+                            {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}},
+                        ],
                     },
                 },
             },

@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--interval-s", type=float, default=10.0)
     parser.add_argument("--api", default="https://kubernetes.default.svc")
     parser.add_argument("--once", action="store_true")
+    parser.add_argument("--heartbeat", help="a file touched after every pass that succeeded (the probes read its age)")
     args = parser.parse_args(argv)
     targets = parse_targets(args.target)
     token = f"{SA_DIR}/token" if Path(f"{SA_DIR}/token").exists() else None
@@ -203,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for line in reconcile(kube, args, targets):
                 print(f"l2_fence: {line}", file=sys.stderr, flush=True)
+            if args.heartbeat:
+                Path(args.heartbeat).touch()
         except (OSError, ValueError) as err:  # urllib errors are OSErrors; retried next pass
             print(f"l2_fence: pass failed: {err}", file=sys.stderr, flush=True)
             if args.once:
