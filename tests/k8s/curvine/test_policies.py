@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlparse
 
 import pytest
 
@@ -193,3 +198,66 @@ def test_fence_probes_read_its_heartbeat(config: Config) -> None:
         assert "/run/fence/heartbeat" in container[probe]["exec"]["command"][-1]
     assert {"name": "run", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}} in pod["volumes"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_fence_main_runs_one_pass_over_http(tmp_path: Path) -> None:
+    """The script as shipped, one pass (`--once`) against a recorded API on 127.0.0.1: the requests it makes, the
+    policy it posts and the heartbeat it touches."""
+    seen: list[str] = []
+    posted: list[dict[str, Any]] = []
+
+    class Api(BaseHTTPRequestHandler):
+        def _send(self, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            seen.append(f"GET {self.path}")
+            url = urlparse(self.path)
+            query = parse_qs(url.query)
+            if url.path == "/api/v1/namespaces/curvine/pods":
+                self._send({"items": [{"spec": {"nodeName": "gpu-a"}}]})
+            elif url.path == "/api/v1/nodes":
+                self._send({"items": [_node("gpu-a", "10.0.3.7", "uid-a"), _node("system-a", "10.0.1.4")]})
+            elif url.path == "/api/v1/pods":
+                assert query == {"fieldSelector": ["status.podIP=10.0.3.7"]}
+                self._send({"items": [{"spec": {"hostNetwork": True}}]})
+            else:
+                assert query == {"labelSelector": ["kvtier.io/l2-fence=true"]}
+                self._send({"items": []})
+
+        def do_POST(self) -> None:
+            seen.append(f"POST {self.path}")
+            posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self._send({})
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    heartbeat = tmp_path / "heartbeat"
+    try:
+        code = l2_fence.main(
+            [f"--api=http://127.0.0.1:{server.server_address[1]}", "--once", f"--heartbeat={heartbeat}"]
+            + [a for a in fence_args() if not a.startswith("--heartbeat")]
+        )
+    finally:
+        server.shutdown()
+        thread.join(timeout=10)
+    assert code == 0 and heartbeat.exists()
+    assert [s.split("?")[0] for s in seen] == [
+        "GET /api/v1/namespaces/curvine/pods",
+        "GET /api/v1/nodes",
+        "GET /api/v1/pods",
+        "GET /apis/networking.k8s.io/v1/namespaces/curvine/networkpolicies",
+        "POST /apis/networking.k8s.io/v1/namespaces/curvine/networkpolicies",
+    ]
+    (policy,) = posted
+    assert policy["metadata"]["name"] == "l2-fence-gpu-a"
+    assert policy["spec"]["ingress"][0]["from"] == [{"ipBlock": {"cidr": "10.0.3.7/32"}}]
