@@ -30,6 +30,7 @@ from kvtier.k8s.curvine.volumes import pvc_spec, static_pv
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.isolation import add_isolation
 from kvtier.k8s.kyverno_policy import add_l2_policy
+from kvtier.k8s.lob_admission import add_lob_guard
 from kvtier.k8s.namespace import add_namespace
 from kvtier.k8s.observability.charts import add_lob_observability, lob_files
 from kvtier.k8s.observability.rules import lob_groups
@@ -69,6 +70,8 @@ class LobStack(KvtierStack):
         self.cluster = cluster
         self.namespace = lob_namespace(lob.name)
         self._app = chart_app()
+        self.operator_pods = any(e.mode == "operator" for e in lob.endpoints)
+        self.guard = self._guard()
         self.namespace_manifest = self._namespace()
         self.isolation = self._isolation()
         self.model_access = (
@@ -94,8 +97,19 @@ class LobStack(KvtierStack):
 
     def _namespace(self) -> eks.KubernetesManifest:
         chart = self._chart("namespace")
-        add_namespace(chart, self.lob.name, operator_pods=any(e.mode == "operator" for e in self.lob.endpoints))
-        return self._apply("Namespace", chart)
+        add_namespace(chart, self.lob.name, operator_pods=self.operator_pods)
+        return self._apply("Namespace", chart, *([self.guard] if self.guard is not None else []))
+
+    def _guard(self) -> eks.KubernetesManifest | None:
+        """The LOB's cluster-scoped Kyverno guard (kvtier/k8s/lob_admission.py), applied before the namespace: it
+        pins the namespace's Pod Security labels, so a change of them must reach the guard first."""
+        chart = self._chart("guard")
+        config = self.kvtier_config
+        inference_operator = any(e.mode == "operator" for lob in config.lobs for e in lob.endpoints)
+        options = {"operator_pods": self.operator_pods, "inference_operator": inference_operator, "keda_role_arn": None}
+        if not add_lob_guard(chart, self.config_env.name, self.lob, **options):
+            return None
+        return self._apply("Guard", chart)
 
     def _isolation(self) -> eks.KubernetesManifest:
         """Quota, default limits, network policies and the model-reader service account (kvtier/k8s/isolation.py)."""

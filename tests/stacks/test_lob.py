@@ -59,6 +59,9 @@ def test_lob_stack_holds_its_fences_volume_policy_and_endpoints(prod: Synth, lob
     for obj in objects:
         if obj["kind"] in ("Namespace", "PersistentVolume"):
             continue
+        if obj["kind"] == "ClusterPolicy":  # the LOB's guard, cluster-scoped and named after it (issue 33)
+            assert obj["metadata"]["name"] == f"kvtier-guard-{lob}", obj["metadata"]
+            continue
         if obj["metadata"].get("namespace") == "hyperpod-inference-system":
             # The objects outside the LOB namespace: a Service in front of the operator's router pods and the
             # NetworkPolicy that admits only this LOB to them (issue 33), named after the LOB so that LOBs never collide

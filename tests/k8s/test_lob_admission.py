@@ -1,0 +1,302 @@
+"""Each LOB's Kyverno ClusterPolicy guard (kvtier/k8s/lob_admission.py): valid against Kyverno's ClusterPolicy CRD,
+and hostile cases through the same EMULATION the L2 Policy's tests use (tests/k8s/test_kyverno_policy.py: Kyverno
+variables substituted with JMESPath, deny conditions evaluated), extended with the operators this policy uses
+(GreaterThan, AnyNotIn) and with `match` (kinds, namespaces, names, operations) and `exclude` subjects.
+
+The hostile principal is LOB `support`'s namespace admin; the victim is LOB `retail` (docs/security.md). The guard
+of `support` must refuse every `support` object that names `retail`'s bucket, prefix, PV or L2 directory, and let
+kvtier's own objects through. `KVTIER_ADMISSION_BREAK=guard` renders no guard: `test_the_lob_stack_applies_its_guard`
+fails then, and so do the hostile cases (nothing refuses them).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any
+
+import pytest
+
+from kvtier.config.endpoint import S3Model
+from kvtier.config.loader import Config
+from kvtier.config.lob import LineOfBusiness
+from kvtier.k8s.lob_admission import OPERATOR_SUBJECT, guard_name, lob_guard
+from kvtier.k8s.namespace import lob_namespace_object
+from kvtier.k8s.operator_endpoint import inference_endpoint_config
+from kvtier.rules import load_checked
+from tests.k8s.test_kyverno_policy import substitute
+from tests.support import CONFIG_DIR, Synth, shared_path
+from tests.validation import crd_errors
+
+ENV = "prod"
+ROLE = "arn:aws:iam::111122223333:role/kvtier-prod-support-keda"
+VICTIM_ROLE = "arn:aws:iam::111122223333:role/kvtier-prod-retail-keda"
+BROKEN = os.environ.get("KVTIER_ADMISSION_BREAK") == "guard"
+
+
+@pytest.fixture(scope="module")
+def config() -> Config:
+    return load_checked(CONFIG_DIR, ENV)
+
+
+def _with_s3(lob: LineOfBusiness, bucket: str, prefix: str) -> LineOfBusiness:
+    """`lob` whose first endpoint reads S3 weights from (bucket, prefix)."""
+    first = lob.endpoints[0]
+    model = S3Model(source="s3", id=first.model.id, bucket=bucket, prefix=prefix)
+    return lob.model_copy(update={"endpoints": (first.model_copy(update={"model": model}), *lob.endpoints[1:])})
+
+
+@pytest.fixture(scope="module")
+def support(config: Config) -> LineOfBusiness:
+    return _with_s3(config.lob("support"), "models-shared", "support/llama")
+
+
+@pytest.fixture(scope="module")
+def retail(config: Config) -> LineOfBusiness:
+    return _with_s3(config.lob("retail"), "models-retail", "retail/qwen")
+
+
+@pytest.fixture(scope="module")
+def guard(support: LineOfBusiness) -> dict[str, Any] | None:
+    if BROKEN:
+        return None
+    return lob_guard(ENV, support, operator_pods=True, inference_operator=True, keda_role_arn=ROLE)
+
+
+# ---- The emulation ------------------------------------------------------------------------------------------------
+
+
+def _holds(condition: dict[str, Any], ctx: dict[str, Any]) -> bool:
+    key, value, op = substitute(condition["key"], ctx), substitute(condition["value"], ctx), condition["operator"]
+    if op == "Equals":
+        return bool(key == value)
+    if op == "NotEquals":
+        return bool(key != value)
+    if op == "GreaterThan":
+        return bool(key > value)
+    if op == "AnyNotIn":  # Kyverno: a scalar key is a one-element list; an empty list has no element outside
+        keys = key if isinstance(key, list) else [key]
+        return any(k not in value for k in keys)
+    raise AssertionError(f"the emulation does not know operator {op}")
+
+
+def _kind_matches(kinds: list[str], obj: dict[str, Any]) -> bool:
+    group_version = obj["apiVersion"]
+    return any(k == obj["kind"] or k == f"{group_version}/{obj['kind']}" for k in kinds)
+
+
+def _matches(block: dict[str, Any], obj: dict[str, Any], operation: str, user: dict[str, Any]) -> bool:
+    for alternative in block["any"]:
+        if "subjects" in alternative:
+            sa = f"system:serviceaccount:{OPERATOR_SUBJECT['namespace']}:{OPERATOR_SUBJECT['name']}"
+            if user.get("username") == sa and alternative["subjects"] == [OPERATOR_SUBJECT]:
+                return True
+            continue
+        r = alternative["resources"]
+        if not _kind_matches(r["kinds"], obj) or operation not in r["operations"]:
+            continue
+        if "namespaces" in r and obj["metadata"].get("namespace") not in r["namespaces"]:
+            continue
+        if "names" in r and obj["metadata"]["name"] not in r["names"]:
+            continue
+        return True
+    return False
+
+
+def admit(
+    policy: dict[str, Any] | None, obj: dict[str, Any], operation: str = "CREATE", user: dict[str, Any] | None = None
+) -> str | None:
+    """The denial message, or None when the guard admits `obj` (or there is no guard)."""
+    if policy is None:
+        return None
+    user = user or {"username": "kubernetes-admin"}
+    request = {"object": obj, "operation": operation, "namespace": obj["metadata"].get("namespace", "")}
+    ctx = {"request": request}
+    for rule in policy["spec"]["rules"]:
+        if not _matches(rule["match"], obj, operation, user):
+            continue
+        if "exclude" in rule and _matches(rule["exclude"], obj, operation, user):
+            continue
+        if not all(_holds(c, ctx) for c in rule.get("preconditions", {}).get("all", [])):
+            continue
+        if any(_holds(c, ctx) for c in rule["validate"]["deny"]["conditions"]["any"]):
+            return str(rule["validate"]["message"])
+    return None
+
+
+# ---- Static -------------------------------------------------------------------------------------------------------
+
+
+def test_guard_validates_against_the_kyverno_crd(support: LineOfBusiness) -> None:
+    policy = lob_guard(ENV, support, operator_pods=True, inference_operator=True, keda_role_arn=ROLE)
+    crd = shared_path("reference/crds/kyverno/kyverno.io_clusterpolicies.yaml")
+    assert crd_errors(crd, "v1", policy) == []
+    assert policy["kind"] == "ClusterPolicy" and policy["metadata"] == {"name": "kvtier-guard-support"}
+    assert policy["spec"]["webhookConfiguration"]["failurePolicy"] == "Fail"
+    assert policy["spec"]["background"] is False
+    for rule in policy["spec"]["rules"]:
+        assert rule["validate"]["failureAction"] == "Enforce"
+    # Kinds the cluster may not have are left out (Kyverno refuses a rule on an unknown kind).
+    bare = lob_guard(ENV, support, operator_pods=False, inference_operator=False, keda_role_arn=None)
+    kinds = {k for r in bare["spec"]["rules"] for k in r["match"]["any"][0]["resources"]["kinds"]}
+    assert kinds == {"Pod", "PersistentVolumeClaim", "PersistentVolume", "Namespace"}
+
+
+def test_the_lob_stack_applies_its_guard(prod: Synth) -> None:
+    """Every LOB stack renders its own guard, before its namespace (the guard pins the namespace's labels)."""
+    for stack in prod.stacks.lobs:
+        objects = [o for chart in stack.outputs.charts for o in stack.outputs.objects(chart)]
+        names = [o["metadata"]["name"] for o in objects if o["kind"] == "ClusterPolicy"]
+        assert names == [guard_name(stack.lob.name)], stack.namespace
+        assert stack.guard is not None and stack.guard in stack.namespace_manifest.node.dependencies
+
+
+# ---- kvtier's own objects pass --------------------------------------------------------------------------------------
+
+
+def test_kvtier_objects_pass_their_own_guard(prod: Synth) -> None:
+    for stack in prod.stacks.lobs:
+        operator = any(e.mode == "operator" for e in stack.lob.endpoints)
+        policy = lob_guard(ENV, stack.lob, operator_pods=operator, inference_operator=True, keda_role_arn=ROLE)
+        objects = [o for chart in stack.outputs.charts for o in stack.outputs.objects(chart)]
+        for obj in objects:
+            pods = []
+            if obj["kind"] in ("Deployment", "Job"):
+                template = obj["spec"]["template"]
+                meta = {**template.get("metadata", {}), "name": "p", "namespace": stack.namespace}
+                pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]})
+            for candidate in [obj, *pods]:
+                if candidate["kind"] == "TriggerAuthentication":
+                    continue  # its role comes with the KEDA step (test_keda_access.py)
+                assert admit(policy, candidate) is None, (stack.namespace, candidate["kind"])
+                assert admit(policy, candidate, "UPDATE") is None
+
+
+# ---- Hostile cases: support's admin reaches for retail's data --------------------------------------------------------
+
+
+def _pod(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "x", "namespace": "kvtier-support"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}], **spec},
+    }
+
+
+def _refused(guard: dict[str, Any] | None, obj: dict[str, Any], operation: str = "CREATE") -> None:
+    assert admit(guard, obj, operation) is not None, "admitted"
+
+
+@pytest.mark.parametrize(
+    "volume",
+    [
+        {"name": "pool", "hostPath": {"path": "/var/lib/kubelet/plugins/curvine"}},
+        {"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet"}},
+        {"name": "root", "hostPath": {"path": "/"}},
+        {"name": "workers", "hostPath": {"path": "/opt/dlami/nvme/curvine-data"}},
+        {"name": "l2", "csi": {"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/retail"}}},
+        {"name": "weights", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "models-retail"}}},
+    ],
+    ids=["plugin-dir", "kubelet", "root", "worker-data", "inline-curvine-retail-dir", "inline-s3-retail-bucket"],
+)
+def test_a_pod_cannot_mount_another_lobs_data(guard: dict[str, Any] | None, volume: dict[str, Any]) -> None:
+    _refused(guard, _pod(volumes=[volume]))
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"hostNetwork": True},
+        {"hostPID": True},
+        {"hostIPC": True},
+        {"containers": [{"name": "c", "image": "busybox", "securityContext": {"privileged": True}}]},
+        {"initContainers": [{"name": "i", "image": "busybox", "securityContext": {"privileged": True}}]},
+    ],
+    ids=["hostNetwork", "hostPID", "hostIPC", "privileged", "privileged-init"],
+)
+def test_a_pod_cannot_reach_the_node(guard: dict[str, Any] | None, spec: dict[str, Any]) -> None:
+    """Also in operator namespaces, where Pod Security only warns."""
+    _refused(guard, _pod(**spec))
+
+
+def test_the_operators_shared_memory_and_own_buckets_pass(guard: dict[str, Any] | None) -> None:
+    shm = {"name": "shm", "hostPath": {"path": "/dev/shm"}}
+    own = {"name": "w", "csi": {"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "models-shared"}}}
+    assert admit(guard, _pod(volumes=[shm, own, {"name": "e", "emptyDir": {}}])) is None
+
+
+def test_a_claim_cannot_name_another_lobs_l2_volume(guard: dict[str, Any] | None) -> None:
+    claim: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "steal", "namespace": "kvtier-support"},
+        "spec": {"volumeName": "kvtier-prod-retail-l2", "accessModes": ["ReadWriteMany"]},
+    }
+    _refused(guard, claim)
+    own = copy.deepcopy(claim)
+    own["spec"]["volumeName"] = "kvtier-prod-support-l2"
+    assert admit(guard, own) is None
+
+
+def _pv(csi: dict[str, Any], namespace: str = "kvtier-support") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": "pv"},
+        "spec": {"csi": {"volumeHandle": "h", **csi}, "claimRef": {"namespace": namespace, "name": "c"}},
+    }
+
+
+def test_a_volume_claimed_from_the_lob_stays_in_the_lob(guard: dict[str, Any] | None) -> None:
+    """PVs are cluster-scoped: what the operator creates from an IEC, claimed from the LOB's namespace."""
+    _refused(guard, _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/retail"}}))
+    _refused(guard, _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod"}}))
+    _refused(guard, _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/support-x"}}))
+    _refused(guard, _pv({"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "models-retail"}}))
+    ok = [
+        _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/support"}}),
+        _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/support/llama"}}),
+        _pv({"driver": "s3.csi.aws.com", "volumeAttributes": {"bucketName": "models-shared"}}),
+        # retail's own volume is retail's guard's business, not support's
+        _pv({"driver": "curvine", "volumeAttributes": {"curvine-path": "/kvtier/prod/retail"}}, "kvtier-retail"),
+    ]
+    for pv in ok:
+        assert admit(guard, pv) is None, pv
+
+
+def _iec(config: Config, lob: LineOfBusiness, namespace: str = "kvtier-support") -> dict[str, Any]:
+    endpoint = lob.endpoints[0].model_copy(update={"mode": "operator"})
+    iec = inference_endpoint_config(config.env, "support", endpoint)
+    iec["metadata"]["namespace"] = namespace
+    return iec
+
+
+def test_an_endpoint_cannot_name_another_lobs_bucket_or_prefix(
+    guard: dict[str, Any] | None, config: Config, support: LineOfBusiness, retail: LineOfBusiness
+) -> None:
+    """retail's bucket; and retail's prefix in a bucket both LOBs use (the case IAM cannot separate in operator mode,
+    where one S3 CSI role reads every LOB's bucket)."""
+    assert admit(guard, _iec(config, support)) is None  # its own model
+    _refused(guard, _iec(config, retail))
+    _refused(guard, _iec(config, _with_s3(support, "models-shared", "retail/qwen")))
+    _refused(guard, _iec(config, _with_s3(support, "models-shared", "support/llama/../../retail")))
+    hostile = _iec(config, support)
+    hostile["spec"]["kubernetes"] = {"volumes": [{"name": "m", "hostPath": {"path": "/var/lib/kubelet"}}]}
+    _refused(guard, hostile)
+    _refused(guard, hostile, "UPDATE")
+
+
+def test_the_namespace_keeps_its_pod_security(guard: dict[str, Any] | None) -> None:
+    namespace = lob_namespace_object("support", operator_pods=True)
+    assert admit(guard, namespace) is None and admit(guard, namespace, "UPDATE") is None
+    for change in (
+        {"pod-security.kubernetes.io/warn": "privileged"},
+        {"pod-security.kubernetes.io/enforce": "privileged"},
+    ):
+        lowered = copy.deepcopy(namespace)
+        lowered["metadata"]["labels"].update(change)
+        _refused(guard, lowered, "UPDATE")
+    dropped = copy.deepcopy(namespace)
+    del dropped["metadata"]["labels"]["pod-security.kubernetes.io/audit"]
+    _refused(guard, dropped, "UPDATE")
