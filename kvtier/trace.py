@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import select
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,12 +69,39 @@ def load_trace(
     its memory and time do not depend on the file's length; `progress` gets the bytes read so far, every
     PROGRESS_LINES lines and at the end."""
     try:
-        with path.open("rb") as handle:
+        with _open(path) as handle:
             return parse_trace(_lines(handle, path, progress), str(path), block_tokens=block_tokens, limit=limit)
     except OSError as err:
         raise TraceError(
             f"cannot read trace {path} ({err.strerror or err}); give a Mooncake-format JSONL file"
         ) from err
+
+
+FIFO_WAIT_S = 10.0  # how long a named pipe may stay without a writer before the trace is refused
+GZIP_MAGIC = b"\x1f\x8b"
+BOM = "\ufeff"
+
+
+def _open(path: Path) -> BinaryIO:
+    """The trace file for reading. A named pipe (`--trace <(zcat t.gz)`, mkfifo) is opened without waiting for a
+    writer, then given FIFO_WAIT_S for one to send data or close: a pipe nobody writes to is one line, not a hang."""
+    try:
+        is_fifo = stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        is_fifo = False  # open() below says why
+    if not is_fifo:
+        return path.open("rb")
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    if not poller.poll(int(FIFO_WAIT_S * 1000)):
+        os.close(fd)
+        raise TraceError(
+            f"{path}: a named pipe that no program wrote to within {FIFO_WAIT_S:g} s; start the program that writes "
+            "it first, or give the trace file itself"
+        )
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def _lines(handle: BinaryIO, path: Path, progress: Callable[[int], None] | None) -> Iterator[str]:
@@ -89,8 +119,15 @@ def _lines(handle: BinaryIO, path: Path, progress: Callable[[int], None] | None)
                 f"{path}:{number}: line longer than {MAX_LINE_BYTES:,} bytes; a Mooncake trace has one short JSON "
                 "object a line"
             )
+        if number == 1 and raw.startswith(GZIP_MAGIC):
+            raise TraceError(
+                f"{path}: gzip-compressed, not JSONL text; decompress it first (`gunzip -k {path}`) or pass "
+                f"`--trace <(zcat {path})`"
+            )
         try:
             text = raw.decode("utf-8")
+            if number == 1:
+                text = text.removeprefix(BOM)  # a byte-order mark some editors write first: not part of the JSON
         except UnicodeDecodeError as err:
             raise TraceError(
                 f"{path}:{number}: not UTF-8 text (byte 0x{raw[err.start]:02x}); give a Mooncake-format JSONL file"

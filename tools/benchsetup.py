@@ -29,6 +29,8 @@ STEPS = (
 )
 TEST_ONLY = (
     (".venv-checkov/.installed", "checkov's venv for the tests: requirements-checkov.txt"),
+    (".venv-nca/.installed", "network-config-analyzer's venv for the tests: requirements-nca.txt"),
+    (".venv-aiperf/.installed", "NVIDIA AIPerf's venv for the tests: requirements-aiperf.txt"),
     (".venv/.compiled", "plain bytecode of every installed package, for the tests"),
 )
 INSTALLS = (".venv/.installed", "node_modules/.installed")

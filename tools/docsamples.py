@@ -127,11 +127,17 @@ def run(sample: Sample, trace_dir: Path | None) -> str:
         return normalise(text)
 
 
+# kvtier simulate's progress lines off a terminal (kvtier/cli/simulate.py `_Lines`): on a terminal the bar is
+# transient and leaves nothing, which is what the docs show.
+PROGRESS_LINE = re.compile(r"^kvtier simulate: (reading .* \(bytes\)|simulating)( \.\.\.|: [\d,]+.*, \d+ s)$")
+
+
 def normalise(text: str) -> str:
     """Without what changes from run to run (a run folder's UTC time) or cannot show in Markdown (trailing blanks
     of a padded table)."""
     text = RUN_FOLDER.sub("<time>", text)
-    return "\n".join(line.rstrip() for line in text.rstrip("\n").splitlines())
+    lines = [line.rstrip() for line in text.rstrip("\n").splitlines() if not PROGRESS_LINE.match(line)]
+    return "\n".join(lines)
 
 
 def _quote(text: str) -> str:

@@ -12,6 +12,7 @@ import dataclasses
 import datetime
 import math
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -344,9 +345,51 @@ def _advance(bar: Any, task: int, offset: int) -> Callable[[int], None]:
     return update
 
 
+PROGRESS_LINE_S = 10.0  # off a terminal (a CI log, a pipe): one progress line this often
+
+
+class _Lines:
+    """The progress bar's stand-in where stderr is not a terminal: a plain line when a task starts and then at most
+    one every PROGRESS_LINE_S, so a long run in a log or a pipe is not silent."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[int, tuple[str, float | None]] = {}
+        self.start = time.monotonic()
+        self.last = 0.0
+
+    def __enter__(self) -> _Lines:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def add_task(self, description: str, total: float | None = None) -> int:
+        self.tasks[len(self.tasks)] = (description, total)
+        print(f"kvtier simulate: {description} ...", file=sys.stderr, flush=True)
+        self.last = time.monotonic()
+        return len(self.tasks) - 1
+
+    def update(self, task: int, completed: float) -> None:
+        now = time.monotonic()
+        if now - self.last < PROGRESS_LINE_S:
+            return
+        self.last = now
+        description, total = self.tasks[task]
+        share = f" of {total:,.0f} ({completed / total:.0%})" if total else ""
+        print(
+            f"kvtier simulate: {description}: {completed:,.0f}{share}, {now - self.start:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+
+
 def _progress(console: Any, wanted: bool) -> Any:
-    """A rich progress bar on stderr for long replays (none when stderr is not a terminal)."""
+    """A rich progress bar on stderr for long replays; plain lines every PROGRESS_LINE_S when stderr is not a
+    terminal."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    if wanted and not console.is_terminal:
+        return _Lines()
 
     return Progress(
         TextColumn("{task.description}"),

@@ -14,7 +14,9 @@ def _prerequisites(target: str) -> set[str]:
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     line = re.search(rf"^{re.escape(target)}:(.*)$", makefile, re.MULTILINE)
     assert line, f"no rule for {target} in the Makefile"
-    return set(line.group(1).replace("$(VENV)", ".venv").replace("$(CHECKOV_VENV)", ".venv-checkov").split())
+    line_text = line.group(1).replace("$(VENV)", ".venv").replace("$(CHECKOV_VENV)", ".venv-checkov")
+    line_text = line_text.replace("$(NCA_VENV)", ".venv-nca").replace("$(AIPERF_VENV)", ".venv-aiperf")
+    return set(line_text.split())
 
 
 def test_every_step_is_a_make_target() -> None:
