@@ -3,9 +3,9 @@
 Operator mode: the InferenceEndpointConfig's `autoScalingSpec`, which the operator turns into a KEDA ScaledObject of
 its own; its Prometheus triggers query Amazon Managed Prometheus only (the CRD's `serverAddress` pattern). Standalone
 mode: a KEDA `ScaledObject` (keda.sh/v1alpha1, KEDA_VERSION) on the endpoint's Deployment, querying the in-cluster
-Prometheus (`keda.prometheus_url`) or the AMP workspace; AWS queries (AMP, CloudWatch) sign with the KEDA operator's
-own role through a TriggerAuthentication `podIdentity: {provider: aws}` (KEDA v2.17.1 pkg/scalers/aws/aws_common.go:
-no roleArn means the operator's credentials, the add-on's IRSA role with AMP and CloudWatch reads).
+Prometheus (`keda.prometheus_url`) or the AMP workspace; AWS queries (AMP, CloudWatch) sign as the LOB's own KEDA
+role through a TriggerAuthentication `podIdentity: {provider: aws, roleArn}` (issue 33; KEDA v2.17.1
+pkg/scalers/aws/aws_common.go: without roleArn it would be the operator's own credentials, every LOB's reads).
 
 kvtier's signals are recording rules (kvtier/k8s/observability/rules.py SIGNAL_RECORDS), one series per endpoint.
 The per-replica ones are totals with the `AverageValue` metric type: the HPA divides by the replica count, so
@@ -14,6 +14,7 @@ The per-replica ones are totals with the `AverageValue` metric type: the HPA div
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from kvtier.config import keda
@@ -216,21 +217,33 @@ def scaled_object(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, A
     }
 
 
-def aws_trigger_authentication(lob: str, endpoint: str) -> dict[str, Any]:
-    """AWS calls signed with the KEDA operator's own credentials (no roleArn)."""
+def aws_trigger_authentication(lob: str, endpoint: str, role_arn: str | None = None) -> dict[str, Any]:
+    """AWS calls signed as the LOB's KEDA role (`roleArn`: KEDA v2.17.1 assumes it with its own credentials,
+    pkg/scaling/resolver/scale_resolvers.go, pkg/scalers/aws/aws_config_cache.go; kvtier/constructs/keda_access.py).
+    Without a role (a KEDA kvtier did not install), the KEDA operator's own credentials."""
+    identity: dict[str, Any] = {"provider": "aws"}
+    if role_arn is not None and os.environ.get("KVTIER_ADMISSION_BREAK") != "keda":
+        identity["roleArn"] = role_arn
     return {
         "apiVersion": KEDA_API,
         "kind": "TriggerAuthentication",
         "metadata": {"name": aws_auth_name(endpoint), "namespace": lob_namespace(lob)},
-        "spec": {"podIdentity": {"provider": "aws"}},
+        "spec": {"podIdentity": identity},
     }
 
 
-def add_standalone_autoscaling(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
+def needs_aws(env: Environment, endpoint: Endpoint) -> bool:
+    """Whether the endpoint's standalone autoscaling reads AWS (and so needs the LOB's KEDA role)."""
+    return endpoint.autoscaling is not None and _needs_aws(env, endpoint, endpoint.autoscaling)
+
+
+def add_standalone_autoscaling(
+    chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint, *, keda_role_arn: str | None = None
+) -> None:
     """The endpoint's ScaledObject (and its AWS TriggerAuthentication when a trigger reads AWS); nothing without
     `autoscaling`."""
     if endpoint.autoscaling is None:
         return
     if _needs_aws(env, endpoint, endpoint.autoscaling):
-        api_object(chart, "keda-aws-auth", aws_trigger_authentication(lob, endpoint.name))
+        api_object(chart, "keda-aws-auth", aws_trigger_authentication(lob, endpoint.name, keda_role_arn))
     api_object(chart, "scaled-object", scaled_object(env, lob, endpoint))

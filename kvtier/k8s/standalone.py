@@ -203,9 +203,11 @@ def engine_service(lob: str, endpoint: Endpoint) -> dict[str, Any]:
     }
 
 
-def add_standalone_engine(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
+def add_standalone_engine(
+    chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint, *, keda_role_arn: str | None = None
+) -> None:
     if (files := engine_wiring(endpoint).files) is not None:
         api_object(chart, files.volume, _config_map(lob, files))
     api_object(chart, "engine", engine_deployment(env, lob, endpoint))
     api_object(chart, "engine-service", engine_service(lob, endpoint))
-    add_standalone_autoscaling(chart, env, lob, endpoint)
+    add_standalone_autoscaling(chart, env, lob, endpoint, keda_role_arn=keda_role_arn)  # issue 33: per-LOB role

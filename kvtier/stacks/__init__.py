@@ -62,7 +62,7 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
     platform.add_stack_dependency(cluster)
     stacks = EnvironmentStacks(network=network, cluster=cluster, platform=platform)
     for lob in config.lobs:
-        lob_stack = LobStack(scope, config, lob, cluster.icluster)
+        lob_stack = LobStack(scope, config, lob, cluster.icluster, oidc_provider_arn=cluster.oidc_provider_arn)
         lob_stack.add_stack_dependency(cluster)
         lob_stack.add_stack_dependency(platform)
         stacks.lobs.append(lob_stack)

@@ -19,6 +19,7 @@ from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.connectors import l2_subdir
+from kvtier.constructs.keda_access import KedaAccess, needs_keda_role
 from kvtier.constructs.manifests import apply_chart
 from kvtier.constructs.model_access import ModelReaderRole, s3_models
 from kvtier.constructs.observability import AmpRules
@@ -62,7 +63,14 @@ def l2_volume_name(env: str, lob: str) -> str:
 
 
 class LobStack(KvtierStack):
-    def __init__(self, scope: Construct, config: Config, lob: LineOfBusiness, cluster: eks.ICluster) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        config: Config,
+        lob: LineOfBusiness,
+        cluster: eks.ICluster,
+        oidc_provider_arn: str | None = None,
+    ) -> None:
         super().__init__(scope, config.env, lob.name, f"kvtier {config.env.name}: line of business {lob.name}")
         Tags.of(self).add(LOB_TAG, lob.name)
         self.lob = lob
@@ -71,6 +79,11 @@ class LobStack(KvtierStack):
         self.namespace = lob_namespace(lob.name)
         self._app = chart_app()
         self.operator_pods = any(e.mode == "operator" for e in lob.endpoints)
+        self.keda = (
+            KedaAccess(self, "KedaAccess", env=config.env, lob=lob, oidc_provider_arn=oidc_provider_arn)
+            if oidc_provider_arn is not None and needs_keda_role(config.env, lob)
+            else None
+        )
         self.guard = self._guard()
         self.namespace_manifest = self._namespace()
         self.isolation = self._isolation()
@@ -106,7 +119,14 @@ class LobStack(KvtierStack):
         chart = self._chart("guard")
         config = self.kvtier_config
         inference_operator = any(e.mode == "operator" for lob in config.lobs for e in lob.endpoints)
-        options = {"operator_pods": self.operator_pods, "inference_operator": inference_operator, "keda_role_arn": None}
+        # KEDA rules wherever kvtier installs KEDA; a LOB without a KEDA role may name none (nothing equals this).
+        keda_role = self.keda.role.role_arn if self.keda is not None else f"(LOB {self.lob.name} has no KEDA role)"
+        keda_role_arn = keda_role if self.config_env.keda.source == "inference-operator" else None
+        options = {
+            "operator_pods": self.operator_pods,
+            "inference_operator": inference_operator,
+            "keda_role_arn": keda_role_arn,
+        }
         if not add_lob_guard(chart, self.config_env.name, self.lob, **options):
             return None
         return self._apply("Guard", chart)
@@ -185,7 +205,8 @@ class LobStack(KvtierStack):
         if endpoint.mode == "operator":
             add_operator_endpoint(chart, self.config_env, self.lob.name, endpoint)
         else:
-            add_standalone_engine(chart, self.config_env, self.lob.name, endpoint)
+            keda_role_arn = self.keda.role.role_arn if self.keda is not None else None
+            add_standalone_engine(chart, self.config_env, self.lob.name, endpoint, keda_role_arn=keda_role_arn)
             knobs = endpoint_knobs(self.kvtier_config, self.lob.name, endpoint)
             add_router(chart, self.config_env, self.lob.name, endpoint, knobs)
         # The policy must be active before the first pod, pods need their L2 claim, and pods reading S3 weights
@@ -195,6 +216,8 @@ class LobStack(KvtierStack):
         )
         if self.model_access is not None:
             manifest.node.add_dependency(self.model_access)
+        if self.keda is not None:
+            manifest.node.add_dependency(self.keda)
         if rewired(endpoint) and self.policy_ready is not None:
             manifest.node.add_dependency(self.policy_ready)
         return manifest
