@@ -23,6 +23,7 @@ from tests.validation import crd_errors, validate_k8s
 
 IEC_CRD = "reference/crds/inference.sagemaker.aws.amazon.com_inferenceendpointconfigs.yaml"
 POLICY_CRD = "reference/crds/kyverno/kyverno.io_policies.yaml"
+CLUSTER_POLICY_CRD = "reference/crds/kyverno/kyverno.io_clusterpolicies.yaml"
 # The longest region names AWS uses today (14 characters) and GovCloud's form.
 LONGEST_REGIONS = ["ap-southeast-4", "ap-northeast-3", "us-gov-west-1"]
 
@@ -124,7 +125,10 @@ def _lob_objects(synth: Synth, lob: str) -> dict[str, list[dict[str, Any]]]:
 
 def test_default_lob_has_what_the_issue_promises(dev: Synth) -> None:
     charts = _lob_objects(dev, "retail")
-    assert set(charts) == {"namespace", "isolation", "l2", "admission", "observability", "endpoint-qwen3-8b"}
+    assert set(charts) == {"guard", "namespace", "isolation", "l2", "admission", "observability", "endpoint-qwen3-8b"}
+    (guard,) = charts["guard"]
+    assert guard["kind"] == "ClusterPolicy" and guard["metadata"]["name"] == "kvtier-guard-retail"
+    assert crd_errors(shared_path(CLUSTER_POLICY_CRD), "v1", guard) == []
     (iec,) = charts["endpoint-qwen3-8b"][:1]
     assert iec["kind"] == "InferenceEndpointConfig"
     assert crd_errors(shared_path(IEC_CRD), "v1", iec) == []
@@ -161,10 +165,13 @@ def test_standalone_lob_in_prod(prod: Synth) -> None:
 def test_lob_charts_apply_in_order(prod: Synth) -> None:
     for lob in ("retail", "support"):
         resources = prod.resources(lob, "Custom::AWSCDK-EKS-KubernetesResource")
+        guard = next(k for k in resources if k.startswith("Guard"))
         namespace = next(k for k in resources if k.startswith("Namespace"))
         admission = next(k for k in resources if k.startswith("Admission"))
         l2 = next(k for k in resources if k.startswith("L2"))
-        assert resources[namespace].get("DependsOn") is None
+        # the guard pins the namespace's Pod Security labels, so it is applied first (kvtier/stacks/lob.py)
+        assert resources[guard].get("DependsOn") is None
+        assert resources[namespace]["DependsOn"] == [guard]
         assert resources[admission]["DependsOn"] == [namespace]
         assert resources[l2]["DependsOn"] == [namespace]
         endpoints = [k for k in resources if k.startswith("Endpoint")]
@@ -246,7 +253,11 @@ def test_lob_stacks_depend_only_on_cluster_and_platform(prod: Synth) -> None:
 def test_every_lob_manifest_passes_its_schema(env: str, request: pytest.FixtureRequest) -> None:
     """Built-in kinds against Kubernetes 1.34, the two custom kinds against their upstream CRDs (closed)."""
     synth: Synth = request.getfixturevalue(env)
-    crds = {"InferenceEndpointConfig": shared_path(IEC_CRD), "Policy": shared_path(POLICY_CRD)}
+    crds = {
+        "InferenceEndpointConfig": shared_path(IEC_CRD),
+        "Policy": shared_path(POLICY_CRD),
+        "ClusterPolicy": shared_path(CLUSTER_POLICY_CRD),
+    }
     seen: set[str] = set()
     for stack in synth.stacks.lobs:
         for chart in stack.outputs.charts:
@@ -258,7 +269,7 @@ def test_every_lob_manifest_passes_its_schema(env: str, request: pytest.FixtureR
                     continue  # against the pinned Prometheus Operator CRDs: tests/k8s/observability/test_manifests.py
                 else:
                     validate_k8s(obj)
-    assert {"InferenceEndpointConfig", "Policy", "PersistentVolumeClaim", "Deployment"} <= seen
+    assert {"InferenceEndpointConfig", "Policy", "ClusterPolicy", "PersistentVolumeClaim", "Deployment"} <= seen
 
 
 def test_a_poolaware_endpoint_gets_its_plans_knobs_from_the_lob_stack(tmp_path: Path) -> None:
