@@ -11,8 +11,10 @@ import contextlib
 import importlib
 import io
 import json
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from kvtier import __version__
 from kvtier.cli import hints
@@ -41,10 +43,45 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT
+# The shell's code for a writer whose reader left (`kvtier plan | head -1`): 128 + SIGPIPE, what `seq 9999 | head -1`
+# gives. Python ignores SIGPIPE (restoring it would also kill the bench client on a closed socket), so kvtier exits
+# with that code itself, silently.
+READER_GONE = 141
 MAX_LINE = 1000  # characters of one error line on stderr; a message that long has its lists capped at the source
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout_was_null = _stdout_is_null()
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at interpreter exit, where a closed pipe prints "Exception ignored"
+        return code
+    except BrokenPipeError:
+        return _reader_gone()
+    except SystemExit as exit_:
+        # rich's Console.on_broken_pipe points stdout at os.devnull and raises SystemExit(1): a reader that left.
+        if exit_.code == 1 and not stdout_was_null and _stdout_is_null():
+            return _reader_gone()
+        raise
+
+
+def _stdout_is_null() -> bool:
+    try:
+        return os.path.samestat(os.fstat(sys.stdout.fileno()), Path(os.devnull).stat())
+    except (OSError, ValueError, AttributeError):  # no real stdout (pytest's capture, a closed file)
+        return False
+
+
+def _reader_gone() -> int:
+    """Stdout's reader has left: drop what is still buffered (nothing can read it) and exit as the shell expects."""
+    if os.environ.get("KVTIER_PIPE_BREAK"):  # the old behaviour, for tests/cli/test_pipe.py
+        raise BrokenPipeError(32, "Broken pipe")
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return READER_GONE
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     if "--json" in words:
