@@ -175,21 +175,28 @@ def group_alive(pgid: int) -> bool:
     return True
 
 
+# After SIGKILL the kernel still has to tear the leader down: an engine that maps gigabytes takes seconds to exit on
+# a loaded machine (a CI run saw more than 5 s), so this bound is generous; it still ends a test that would hang.
+KILL_WAIT_S = 120.0
+
+
 def stop_group(proc: subprocess.Popen[Any], grace_s: float, poll_s: float) -> None:
-    """SIGTERM to `proc`'s whole process group, SIGKILL after `grace_s`, then wait (bounded) until no process of the
-    group is left, workers that outlived their parent included; safe to call twice."""
+    """SIGTERM to `proc`'s whole process group, SIGKILL after `grace_s`, wait (bounded by KILL_WAIT_S) for the leader,
+    then (bounded by `grace_s`) until no process of the group is left, workers that outlived their parent included;
+    safe to call twice. Raises EngineError only if the leader outlives SIGKILL by KILL_WAIT_S."""
     if proc.returncode is not None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace_s)
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    try:
+        proc.wait(timeout=KILL_WAIT_S)
+    except subprocess.TimeoutExpired:
+        raise EngineError(f"process {proc.pid} still alive {KILL_WAIT_S:.0f} s after SIGKILL") from None
+    # Workers reparented to PID 1 may linger as zombies where PID 1 does not reap: bounded, never an error.
     deadline = time.monotonic() + grace_s
     while group_alive(proc.pid) and time.monotonic() < deadline:
         time.sleep(poll_s)

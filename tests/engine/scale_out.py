@@ -158,8 +158,10 @@ async def scale_in_traffic(
         await asyncio.sleep(STOP_AFTER_S)
         stop_ms.append(clock_ms())
         assert victim.proc is not None
-        await asyncio.to_thread(stop_group, victim.proc, STOP_GRACE_S, 0.2)
-        stop_ms.append(clock_ms())
+        try:
+            await asyncio.to_thread(stop_group, victim.proc, STOP_GRACE_S, 0.2)
+        finally:  # the sessions end AFTER_STOP_S after this even if stopping failed (`await stopper` raises it)
+            stop_ms.append(clock_ms())
 
     async def session(client: aiohttp.ClientSession, key: str, prompt: list[int]) -> list[RequestRecord]:
         out: list[RequestRecord] = []

@@ -141,3 +141,33 @@ def test_the_router_runs_with_kvtiers_failover_flags() -> None:
     assert flags["--retry-max-retries"] == str(RETRY_ATTEMPTS)
     assert flags["--cb-failure-threshold"] == str(CB_FAILURE_THRESHOLD)
     assert CB_FAILURE_THRESHOLD < RETRY_ATTEMPTS
+
+
+def test_scale_in_traffic_ends_when_the_victim_cannot_be_stopped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CI run hung 30 minutes here: stopping B raised, its second timestamp never came and the sessions streamed
+    until make's timeout. The traffic must end and the stop's error must surface."""
+    import asyncio
+    import time
+    import types
+
+    from kvtier.bench.records import RequestRecord
+    from tests.engine import scale_out
+    from tests.engine.engines import EngineError
+
+    def failing_stop(*_args: object) -> None:
+        time.sleep(0.2)
+        raise EngineError("process 1 still alive 120 s after SIGKILL")
+
+    async def fake_send(_client: object, req: Any, *, timeout_s: float, origin: float) -> RequestRecord:
+        await asyncio.sleep(0.05)
+        return RequestRecord(req.run, req.url, req.index, dict(req.tags), (time.perf_counter() - origin) * 1000)
+
+    monkeypatch.setattr(scale_out, "stop_group", failing_stop)
+    monkeypatch.setattr(scale_out, "send", fake_send)
+    monkeypatch.setattr(scale_out, "STOP_AFTER_S", 0.2)
+    monkeypatch.setattr(scale_out, "AFTER_STOP_S", 0.3)
+    router = types.SimpleNamespace(url="http://127.0.0.1:9")
+    victim = types.SimpleNamespace(proc=types.SimpleNamespace(pid=1))
+    traffic = scale_out.scale_in_traffic(router, victim, "m", {"s": [5, 6, 7]})  # type: ignore[arg-type]
+    with pytest.raises(EngineError, match="after SIGKILL"):
+        asyncio.run(asyncio.wait_for(traffic, timeout=20))
