@@ -135,15 +135,18 @@ pytest: setup promtool fuse $(CHECKOV_VENV)/.installed $(NCA_VENV)/.installed $(
 	$(PY) -m pytest -p tests.heartbeat
 
 # Lint and the suite at once (each mostly one process, the machine has two cores). pytest prints as it goes (its
-# progress lines: a CI log is not a terminal); lint's few lines are kept aside and printed as one block after it.
-# (make's --output-sync=target would hold pytest's output until the whole suite ends.)
+# progress lines: a CI log is not a terminal); lint's few lines are kept aside and printed as one block, with its
+# verdict, the moment lint ends (one printf: one write, so it cannot split a line of pytest's), and the verdict again
+# at the end. (make's --output-sync=target would hold pytest's output until the whole suite ends.)
 test: setup
 	@lint_log=$$(mktemp); \
-	( $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1; echo $$? >"$$lint_log.rc" ) & \
+	( $(MAKE) --no-print-directory lint >"$$lint_log" 2>&1; lint_rc=$$?; echo $$lint_rc >"$$lint_log.rc"; \
+	  if [ $$lint_rc = 0 ]; then verdict=passed; else verdict="FAILED (exit $$lint_rc)"; fi; \
+	  printf '\n---- make lint (ran beside pytest): %s ----\n%s\n---- end of make lint ----\n' \
+	    "$$verdict" "$$(cat "$$lint_log")" ) & \
 	$(MAKE) --no-print-directory pytest; rc=$$?; wait; \
-	echo "---- make lint (ran beside pytest) ----"; cat "$$lint_log"; lint_rc=$$(cat "$$lint_log.rc"); \
-	rm -f "$$lint_log" "$$lint_log.rc"; \
-	if [ "$$lint_rc" != 0 ]; then echo "make test: lint failed (exit $$lint_rc)"; fi; \
+	lint_rc=$$(cat "$$lint_log.rc"); rm -f "$$lint_log" "$$lint_log.rc"; \
+	if [ "$$lint_rc" != 0 ]; then echo "make test: lint failed (exit $$lint_rc), its block is above"; fi; \
 	if [ "$$rc" != 0 ]; then echo "make test: pytest failed (exit $$rc)"; fi; \
 	[ "$$rc" = 0 ] && [ "$$lint_rc" = 0 ]
 

@@ -1,5 +1,6 @@
 """`make test` in a CI log: pytest's progress shows while the suite runs (not one block after ~5 minutes, as make's
---output-sync=target gave), lint's lines come as one block, and either failing fails the target.
+--output-sync=target gave), lint's lines come as one block with its verdict the moment lint ends (not after the whole
+suite), and either failing fails the target.
 
 The real Makefile runs in a scratch folder whose venvs hold stand-ins: `python -m pytest` prints a line, waits, and
 prints another; ruff and mypy print one line each. Nothing is installed (every set-up stamp is newer than its inputs).
@@ -87,9 +88,11 @@ def test_pytest_output_streams_and_lint_is_one_block(tmp_path: Path) -> None:
     when = {line: at for at, line in lines}
     # The first pytest line reached the log while pytest was still running, not when it ended.
     assert when["pytest: last line"] - when["pytest: first line"] >= PAUSE_S - 0.5, lines
-    block = text.index("---- make lint (ran beside pytest) ----")
-    assert block > text.index("pytest: last line")
-    assert {"ruff: check", "ruff: format", "mypy: checked"} <= set(text[block:])
+    block = text.index("---- make lint (ran beside pytest): passed ----")
+    end = text.index("---- end of make lint ----")
+    # The stand-in linters end at once, pytest pauses PAUSE_S: the verdict is in the log while pytest still runs.
+    assert block < end < text.index("pytest: last line"), text
+    assert {"ruff: check", "ruff: format", "mypy: checked"} <= set(text[block:end])
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
@@ -98,6 +101,7 @@ def test_a_lint_failure_fails_make_test(tmp_path: Path) -> None:
     text = [line for _, line in lines]
     assert code != 0
     assert "pytest: last line" in text  # the suite still ran to its end
+    assert "---- make lint (ran beside pytest): FAILED (exit 2) ----" in text, text
     assert any(line.startswith("make test: lint failed") for line in text), text
 
 
