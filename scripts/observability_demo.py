@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -99,7 +99,15 @@ def prometheus(folder: Path, config: Path, port: int) -> Iterator[str]:
         log.close()
 
 
-async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
+Say = Callable[[str], None]
+PROGRESS_EVERY = 5  # rounds between progress lines: a run by hand says what it does (it took 36 s in silence)
+
+
+def quiet(_line: str) -> None:
+    """The default `say`: tests need no progress lines."""
+
+
+async def workload(urls: list[str], rounds: int, pause_s: float, say: Say = quiet) -> None:
     """Per round one new 512-word prompt: to A (cold, stored), to B (from the shared L2), to A again (GPU cache)."""
     maker = PromptMaker(0, new_salt())
     a, b = urls
@@ -109,6 +117,8 @@ async def workload(urls: list[str], rounds: int, pause_s: float) -> None:
             body = request_body("completions", FAKE.model, text, 2)
             for url in (a, b, a):
                 await send(client, Request("demo", url, "completions", body, i), timeout_s=30, origin=0.0)
+            if (i + 1) % PROGRESS_EVERY == 0 or i + 1 == rounds:
+                say(f"workload: round {i + 1} of {rounds} sent")
             await asyncio.sleep(pause_s)
 
 
@@ -155,17 +165,22 @@ class DemoRun:
 
 
 @contextlib.contextmanager
-def demo(rounds: int = 20, pause_s: float = 1.0) -> Iterator[DemoRun]:
-    """Two fake servers with one shared L2, a real Prometheus scraping them, the workload run to its end."""
+def demo(rounds: int = 20, pause_s: float = 1.0, say: Say = quiet) -> Iterator[DemoRun]:
+    """Two fake servers with one shared L2, a real Prometheus scraping them, the workload run to its end; `say` gets
+    a line at each step."""
     folder = Path(tempfile.mkdtemp(prefix="kvtier-prom-"))
     try:
         with FakeCluster(2, FAKE) as cluster:
             port = free_port()
             config = write_config(folder, cluster.urls, port)
+            say(f"starting Prometheus on 127.0.0.1:{port}, scraping {len(cluster.urls)} test servers")
             with prometheus(folder, config, port) as url:
                 wait_for_targets(url, len(cluster.urls))
+                say(f"workload: {rounds} rounds of 3 requests, {pause_s:g} s apart")
                 start = time.time()
-                asyncio.run(asyncio.wait_for(workload(cluster.urls, rounds, pause_s), PROMETHEUS_BUDGET_S))
+                run = workload(cluster.urls, rounds, pause_s, say)
+                asyncio.run(asyncio.wait_for(run, PROMETHEUS_BUDGET_S))
+                say("waiting 3 s for the last scrapes and rule evaluations")
                 time.sleep(3)  # two more scrapes and rule evaluations
                 rules = httpx.get(f"{url}/api/v1/rules", timeout=10).json()["data"]["groups"]
                 yield DemoRun(url, start, time.time(), rules)
@@ -178,7 +193,23 @@ DEMO_TITLE = (
 )
 
 
-def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, title: str = DEMO_TITLE) -> None:
+# One colour per tier in every panel ("L2" in the hit rates, "L2 Curvine" in the tokens/s): matplotlib's default
+# cycle coloured a tier by its place in each panel's list, so L0 was blue in one panel and orange in the next.
+TIER_COLOURS = {"L0": "tab:blue", "L1": "tab:orange", "L2": "tab:green"}
+OTHER_COLOURS = ("tab:gray", "tab:purple", "tab:brown", "tab:pink")
+
+
+def series_colour(legend: str, others: list[str]) -> str:
+    """The tier's colour for a legend naming a tier (its first word), else the next colour not used by a tier."""
+    tier = TIER_COLOURS.get(legend.split(" ", 1)[0])
+    if tier is not None:
+        return tier
+    others.append(legend)
+    return OTHER_COLOURS[(len(others) - 1) % len(OTHER_COLOURS)]
+
+
+def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, title: str = DEMO_TITLE) -> Any:
+    """Draw the three panels to `out`; returns the matplotlib Figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,10 +222,12 @@ def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, titl
     ]
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 4))
     for ax, panel in zip(axes, panels, strict=True):
+        others: list[str] = []
         for legend, expr in panel_exprs(panel, lob, endpoint):
             points = query_range(run.url, expr, run.start, run.end)
             if points:
-                ax.plot([t - run.start for t, _ in points], [v for _, v in points], label=legend)
+                xs, ys = [t - run.start for t, _ in points], [v for _, v in points]
+                ax.plot(xs, ys, label=legend, color=series_colour(legend, others))
         ax.set_title(panel.title)
         ax.set_xlabel("seconds")
         ax.set_ylabel({"percentunit": "share of prompt tokens", "short": "tokens/s", "Bps": "bytes/s"}[panel.unit])
@@ -204,10 +237,16 @@ def plot(run: DemoRun, out: Path, lob: str = LOB, endpoint: str = ENDPOINT, titl
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
+    return fig
+
+
+def stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "observability-demo.png")
-    with demo() as run:
+    with demo(say=stderr_line) as run:
+        stderr_line(f"drawing {target}")
         plot(run, target)
     print(f"wrote {target}")

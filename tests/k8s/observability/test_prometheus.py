@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
-from scripts.observability_demo import demo, instant
+from scripts.observability_demo import TIER_COLOURS, demo, instant, plot
 
 
 def _prometheus() -> None:
@@ -20,9 +21,11 @@ def _prometheus() -> None:
         pytest.skip(message)
 
 
-def test_prometheus_evaluates_the_tier_rules_on_the_test_server() -> None:
+def test_prometheus_evaluates_the_tier_rules_on_the_test_server(tmp_path: Path) -> None:
     _prometheus()
-    with demo(rounds=8, pause_s=0.5) as run:
+    said: list[str] = []
+    with demo(rounds=8, pause_s=0.5, say=said.append) as run:
+        figure = plot(run, tmp_path / "demo.png")
         rules = [r for g in run.rules for r in g["rules"]]
         assert rules and all(r["health"] == "ok" for r in rules), [(r["name"], r.get("lastError")) for r in rules]
         sel = '{lob="demo", kvtier_endpoint="fake"}'
@@ -36,3 +39,15 @@ def test_prometheus_evaluates_the_tier_rules_on_the_test_server() -> None:
     assert 0.2 < l0 < 0.45 and 0.2 < l2 < 0.45, (l0, l2)
     assert l1 < 0.05, l1  # the fake has no L1: what LMCache served came from L2
     assert abs(cached - (l0 + l2 + l1)) < 0.01
+    # Issue 39: the demo said nothing for 36 s; now each step has a line, and the rounds as they go.
+    assert said[0].startswith("starting Prometheus on 127.0.0.1:"), said
+    assert "workload: round 5 of 8 sent" in said and "workload: round 8 of 8 sent" in said, said
+    # Issue 39: one colour per tier in every panel (the default cycle gave L0 two colours in two panels).
+    colours: dict[str, set[str]] = {}
+    for ax in figure.axes:
+        for line in ax.get_lines():
+            tier = str(line.get_label()).split(" ", 1)[0]
+            colours.setdefault(tier, set()).add(str(line.get_color()))
+    tiers = {t: c for t, c in colours.items() if t in TIER_COLOURS}
+    assert set(tiers) == {"L0", "L1", "L2"} and all(len(c) == 1 for c in tiers.values()), colours
+    assert len({next(iter(c)) for c in tiers.values()}) == 3, colours
