@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.bench.replicas import replica_summary
+from kvtier.bench.replicas import replica_summary, unread_note
 from kvtier.bench.result import BenchResult
 
 WIDTH = 80
@@ -312,7 +312,10 @@ def replica_lines(result: BenchResult, width: int | None) -> list[str]:
     summary = replica_summary(result.records)
     served = ", ".join(f"{replica} {count}" for replica, count in summary["per_replica"].items()) or "none known"
     text = f"served by (router metrics): {served}"
-    if summary["unknown"]:
+    error = result.details.get("router_metrics_error")
+    if isinstance(error, str):  # never read: saying "overlapped" would send the reader after the wrong cause
+        text += f"; {unread_note(str(result.settings['router_metrics_url']), error)}"
+    elif summary["unknown"]:
         text += f"; {summary['unknown']} overlapped another request or were not counted (replica unknown)"
     return wrap(text, width)
 
