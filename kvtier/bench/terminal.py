@@ -103,6 +103,12 @@ def _lay_out(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: in
     return out
 
 
+def printable(text: str) -> str:
+    """`text` with each non-printable character written as its escape (\\x1b, \\n): a result file's strings (a
+    label) must not reach the terminal as control sequences."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def wrap(text: str, width: int | None = WIDTH, indent: str = "") -> list[str]:
     """Prose wrapped at spaces (URLs, paths and numbers stay whole); continuation lines indented under the text."""
     if width is None:
