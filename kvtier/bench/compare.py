@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvtier.bench.result import BenchResult
-from kvtier.bench.terminal import TIER_NAMES, WIDTH, Column, render, wrap
+from kvtier.bench.terminal import TIER_NAMES, WIDTH, Column, printable, render, wrap
 
 # Settings that differ between any two runs by design: not worth a warning.
 _EXPECTED_TO_DIFFER = {"salt", "metrics_urls"}
@@ -145,9 +145,10 @@ def compare_lines(data: dict[str, Any], names: tuple[str, str], wide: bool = Fal
     lines: list[str] = []
     for side, name in zip(("a", "b"), names, strict=True):
         d = data[side]
-        lines += wrap(f"{side.upper()} = {name} ({d['workload']}, {d['label'] or d['salt']})", width)
+        # Strings from the files are escaped: a label holding "\x1b[31m" must not recolour the terminal.
+        lines += wrap(printable(f"{side.upper()} = {name} ({d['workload']}, {d['label'] or d['salt']})"), width)
     for warning in data["warnings"]:
-        lines += wrap(warning, width, "warning: ")
+        lines += wrap(printable(warning), width, "warning: ")
     for diff in data["settings_differences"]:
         lines += wrap(f"{diff['setting']}: A {diff['a']!r}, B {diff['b']!r}", width, "  ")
     columns = [Column("metric", left=True), Column("A"), Column("B"), Column("B - A"), Column("B / A", optional=True)]
@@ -157,9 +158,9 @@ def compare_lines(data: dict[str, Any], names: tuple[str, str], wide: bool = Fal
         cells = [row["metric"], fmt(row["a"]), fmt(row["b"]), fmt(row["delta"], signed=True), ratio]
         sections.setdefault(row["section"], []).append(cells)
     for section, rows in sections.items():
-        lines += ["", *wrap(section, width)]
+        lines += ["", *wrap(printable(section), width)]
         lines += render(columns, rows, width)
     for side in ("a", "b"):
         if data[f"only_in_{side}"]:
-            lines += wrap(f"runs only in {side.upper()}: {', '.join(data[f'only_in_{side}'])}", width)
+            lines += wrap(printable(f"runs only in {side.upper()}: {', '.join(data[f'only_in_{side}'])}"), width)
     return lines

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from kvtier.bench.result import BenchResult
+from kvtier.bench.terminal import printable
 
 COLD, REUSED, LOCAL = "#c0504d", "#4f81bd", "#9bbb59"
 FAILED = "#d62728"
@@ -33,6 +34,14 @@ def _figure(width: float = 8.0, height: float = 4.5) -> Any:
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
+
+
+def _title(ax: Any, result: BenchResult, text: str) -> None:
+    """The plot's title, and the run's --label on a second line: two runs' PNGs side by side tell which is which."""
+    if result.label:
+        # A label with "$...$" would be drawn (or fail to parse) as mathtext; control characters print escaped.
+        text += "\n" + printable(result.label).replace("$", r"\$")
+    ax.set_title(text)
 
 
 def sweep_plot(result: BenchResult, path: Path) -> Path:
@@ -80,7 +89,7 @@ def sweep_plot(result: BenchResult, path: Path) -> Path:
     ax.set_ylabel("TTFT (ms)")
     repeats = result.details.get("repeat", 1)
     what = f"median of {repeats}, bars: fastest to slowest" if repeats > 1 else "one sample each"
-    ax.set_title(f"Cold vs reused TTFT ({what}), speedup = cold / reused")
+    _title(ax, result, f"Cold vs reused TTFT ({what}), speedup = cold / reused")
     ax.margins(y=0.15)
     fig.legend(loc="outside lower center", ncol=len(series))
     fig.savefig(path)
@@ -116,7 +125,7 @@ def multiturn_plot(result: BenchResult, path: Path) -> Path:
     ax.set_xticks(turns)
     ax.set_xlabel("turn (history grows every turn)")
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title("Multi-turn: TTFT per turn")
+    _title(ax, result, "Multi-turn: TTFT per turn")
     ax.set_ylim(bottom=0)
     ax.legend()
     fig.savefig(path)
@@ -139,7 +148,7 @@ def cdf_plot(result: BenchResult, path: Path) -> Path:
     ax.set_xlabel("latency (ms)")
     ax.set_ylabel("fraction of requests sent")
     ax.set_ylim(0, 1.02)
-    ax.set_title(f"Latency CDF ({result.workload}, {n} requests)")
+    _title(ax, result, f"Latency CDF ({result.workload}, {n} requests)")
     ax.legend(loc="lower right")
     fig.savefig(path)
     return path
@@ -168,7 +177,7 @@ def timeline_plot(result: BenchResult, path: Path) -> Path:
     ax.set_xlabel("send time (s from the start)")
     ax.set_ylabel("TTFT (ms)")
     ax.set_ylim(bottom=0, top=top * 1.08)
-    ax.set_title(f"Timeline ({result.workload}): TTFT by send time")
+    _title(ax, result, f"Timeline ({result.workload}): TTFT by send time")
     ax.legend(loc="upper left")
     fig.savefig(path)
     return path
@@ -190,7 +199,7 @@ def percentiles_plot(result: BenchResult, path: Path) -> Path:
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_xticks(range(len(names)), [f"{n}\n({summaries[n]['ok']} ok)" for n in names])
     ax.set_ylabel("TTFT (ms)")
-    ax.set_title(f"TTFT percentiles per run ({result.workload})")
+    _title(ax, result, f"TTFT percentiles per run ({result.workload})")
     ax.margins(y=0.12)
     ax.legend()
     fig.savefig(path)

@@ -14,20 +14,20 @@ from typing import Any
 
 import aiohttp
 
-from kvtier.bench.http import TRANSPORT_ERRORS, get
+from kvtier.bench.http import TRANSPORT_ERRORS, describe, get
 from kvtier.bench.metrics import parse_prometheus
 from kvtier.bench.records import RequestRecord
 from kvtier.serving import ROUTER_SERVED_METRIC, ROUTER_WORKER_LABEL
 
 
-async def served_counts(client: aiohttp.ClientSession, url: str, *, timeout_s: float) -> dict[str, float] | None:
-    """The router's per-replica counter, or None when its metrics cannot be read (then no replica is told)."""
+async def served_counts(client: aiohttp.ClientSession, url: str, *, timeout_s: float) -> dict[str, float] | str:
+    """The router's per-replica counter, or why its metrics cannot be read (a short error: then no replica is told)."""
     try:
         answer = await get(client, f"{url.rstrip('/')}/metrics", timeout_s=timeout_s)
-    except TRANSPORT_ERRORS:
-        return None
+    except TRANSPORT_ERRORS as err:
+        return describe(err)
     if answer.status != 200:
-        return None
+        return f"HTTP {answer.status}"
     counts: dict[str, float] = {}
     for sample in parse_prometheus(answer.text):
         if sample.name == ROUTER_SERVED_METRIC:
@@ -46,6 +46,14 @@ def single_mover(before: dict[str, float] | None, after: dict[str, float] | None
         ((worker, delta),) = moved.items()
         return worker if delta == 1 else None
     return None
+
+
+def unread_note(url: str, error: str) -> str:
+    """Said instead of "overlapped": the counter was never read, so no request's replica could be told."""
+    return (
+        f"router metrics could not be read at {url.rstrip('/')}/metrics ({error}), so no request's replica is known; "
+        "pass the router's Prometheus port as --router-metrics-url"
+    )
 
 
 def replica_summary(records: Iterable[RequestRecord]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kvtier.bench.replicas import unread_note
 from kvtier.bench.result import BenchResult
 from kvtier.bench.terminal import (
     OF_WHAT,
@@ -100,9 +101,18 @@ def _replicas(result: BenchResult) -> list[str]:
         "",
         "From the router's `vllm_router_processed_requests_total{worker}`, read before and after each request that ran "
         "alone; `unknown`: it overlapped another request.",
+        *_unread(result),
         "",
         *table(["request", "run", "replica", "TTFT ms", "cached tokens"], rows),
     ]
+
+
+def _unread(result: BenchResult) -> list[str]:
+    """The counter was never read: then `unknown` means that, not an overlap."""
+    error = result.details.get("router_metrics_error")
+    if not isinstance(error, str):
+        return []
+    return ["", f"**{unread_note(str(result.settings['router_metrics_url']), error)}**"]
 
 
 def _errors(result: BenchResult) -> list[str]:

@@ -254,13 +254,22 @@ def _kind_problems(where: str, value: Any, kind: str) -> Iterator[str]:
         yield f"{where} is {json.dumps(value)[:40]}, not {kind}"
 
 
+def _timing_problems(where: str, value: Any) -> Iterator[str]:
+    """A negative duration (a hand-edited file): compare would print it as a negative ratio ("-80.36x")."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        yield f"{where} is {value}, and a timing cannot be negative"
+
+
 def _object_problems(where: str, obj: Any, fields: dict[str, tuple[str, bool]]) -> Iterator[str]:
     if not isinstance(obj, dict):
         yield f"{where} is not an object"
         return
     for key, (kind, required) in fields.items():
         if key in obj:
-            yield from _kind_problems(f"{where}.{key}" if where else key, obj[key], kind)
+            name = f"{where}.{key}" if where else key
+            yield from _kind_problems(name, obj[key], kind)
+            if key.endswith(("_ms", "_s")):  # every timing field is named by its unit
+                yield from _timing_problems(name, obj[key])
         elif required:
             yield f"{where or 'the file'} has no {key!r}"
 
@@ -293,6 +302,7 @@ def _problems(data: dict[str, Any]) -> Iterator[str]:
         yield from _object_problems(where, record, _RECORD)
         for j, gap in enumerate(record.get("itl_ms", [])):
             yield from _kind_problems(f"{where}.itl_ms[{j}]", gap, _NUMBER)
+            yield from _timing_problems(f"{where}.itl_ms[{j}]", gap)
     for i, report in enumerate(data.get("cache", [])):
         where = f"cache[{i}]"
         yield from _object_problems(where, report, {"tiers": ("an object", False), "l2_io": ("an object", False)})

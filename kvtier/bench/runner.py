@@ -148,7 +148,10 @@ async def _run(workload: Workload, options: RunOptions) -> BenchResult:
 
 
 def _with_client_lag(details: dict[str, Any], session: Session, percentiles: tuple[float, ...]) -> dict[str, Any]:
-    """The workload's details plus how late the client's event loop ran while it sent on a schedule."""
+    """The workload's details plus how late the client's event loop ran while it sent on a schedule, and why the
+    router's metrics could not be read (with --router-metrics-url)."""
+    if session.router_metrics_error is not None:
+        details = {**details, "router_metrics_error": session.router_metrics_error}
     if not session.loop_lag_ms:
         return details
     return {**details, "client_loop_lag_ms": distribution(session.loop_lag_ms, percentiles)}

@@ -96,6 +96,7 @@ class Session:
         self.records: list[RequestRecord] = []
         self.sent = 0  # requests sent, finished or not (an interrupted run drops those in flight)
         self.router_metrics_url = router_metrics_url  # the router's Prometheus port: which replica served (replicas.py)
+        self.router_metrics_error: str | None = None  # why the router's counter could not be read (first failure)
         self.in_flight = 0
         self.started = 0  # requests started so far: one that started while another ran spoils both attributions
         self.loop_lag_ms: list[float] = []  # how late the event loop woke, sampled while a schedule ran
@@ -130,7 +131,12 @@ class Session:
 
     async def _served(self) -> dict[str, float] | None:
         assert self.router_metrics_url is not None
-        return await served_counts(self.client, self.router_metrics_url, timeout_s=min(self.timeout_s, 5.0))
+        counts = await served_counts(self.client, self.router_metrics_url, timeout_s=min(self.timeout_s, 5.0))
+        if isinstance(counts, str):
+            # Kept so the summary says the URL is unreadable, not that requests overlapped (issue 39).
+            self.router_metrics_error = self.router_metrics_error or counts
+            return None
+        return counts
 
     async def unrecorded(self, req: Request) -> RequestRecord:
         """Send a request that is not part of any run (a warm-up): measured, but not in `records`."""

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kvtier.bench.replicas import replica_summary
+from kvtier.bench.replicas import replica_summary, unread_note
 from kvtier.bench.result import BenchResult
 
 WIDTH = 80
@@ -101,6 +101,12 @@ def _lay_out(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: in
         else:
             out.append(line(row))
     return out
+
+
+def printable(text: str) -> str:
+    """`text` with each non-printable character written as its escape (\\x1b, \\n): a result file's strings (a
+    label) must not reach the terminal as control sequences."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def wrap(text: str, width: int | None = WIDTH, indent: str = "") -> list[str]:
@@ -312,7 +318,10 @@ def replica_lines(result: BenchResult, width: int | None) -> list[str]:
     summary = replica_summary(result.records)
     served = ", ".join(f"{replica} {count}" for replica, count in summary["per_replica"].items()) or "none known"
     text = f"served by (router metrics): {served}"
-    if summary["unknown"]:
+    error = result.details.get("router_metrics_error")
+    if isinstance(error, str):  # never read: saying "overlapped" would send the reader after the wrong cause
+        text += f"; {unread_note(str(result.settings['router_metrics_url']), error)}"
+    elif summary["unknown"]:
         text += f"; {summary['unknown']} overlapped another request or were not counted (replica unknown)"
     return wrap(text, width)
 

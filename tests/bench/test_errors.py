@@ -230,6 +230,15 @@ def _written(tmp_path: Path, change: Any) -> Path:
         (lambda d: d["settings"].update(slo_ms={"ttft": "fast"}), 'settings.slo_ms.ttft is "fast", not a number'),
         (lambda d: d["settings"].update(slo_ms={"itl": 5}), "settings.slo_ms has 'itl', not one of"),
         (lambda d: d.update(partial="yes"), 'partial is "yes", not true or false'),
+        (lambda d: d["requests"][1].update(ttft_ms=-80.5), "requests[1].ttft_ms is -80.5, and a timing cannot be"),
+        (lambda d: d["requests"][0].update(itl_ms=[1.0, -2]), "requests[0].itl_ms[1] is -2, and a timing cannot be"),
+        (lambda d: d.update(duration_s=-1), "duration_s is -1, and a timing cannot be negative"),
+        (
+            lambda d: d.update(
+                details={"sweep": [{"length": 5, "cold_ttft_ms": 1, "reused_ttft_ms": -1, "speedup": 1}]}
+            ),
+            "details.sweep[0].reused_ttft_ms is -1, and a timing cannot be negative",
+        ),
     ],
 )
 def test_compare_refuses_malformed_results_naming_the_field(
@@ -240,6 +249,29 @@ def test_compare_refuses_malformed_results_naming_the_field(
     err = capsys.readouterr().err
     assert f"{bad}: malformed kvtier bench result: {message}" in err
     assert "Traceback" not in err
+
+
+def test_compare_refuses_a_negative_timing_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good = tmp_path / "a.json"
+    _result({"shared-prefix": [100.0, 200.0]}, "a").write(good)
+    bad = _written(tmp_path, lambda d: d["requests"][0].update(ttft_ms=-80.36))
+    assert main(["bench", "compare", str(good), str(bad)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""  # no table with a "-80.36x" ratio
+    assert captured.err.splitlines() == [
+        f"kvtier bench: {bad}: malformed kvtier bench result: requests[0].ttft_ms is -80.36, and a timing cannot be "
+        "negative; pass a result.json written by kvtier bench"
+    ]
+
+
+def test_compare_escapes_control_characters_in_a_label(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    _result({"shared-prefix": [100.0]}, "red\x1b[31m\nlabel").write(a)
+    _result({"shared-prefix": [50.0]}, "plain").write(b)
+    assert main(["bench", "compare", str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out  # no escape byte reaches the terminal
+    assert f"A = {a} (shared-prefix, red\\x1b[31m\\nlabel)" in " ".join(out.split())  # shown, escaped
 
 
 def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -131,6 +131,35 @@ def test_trace_plots_draw_failures(tmp_path: Path) -> None:
         assert data.startswith(PNG) and len(data) > 10_000
 
 
+def test_every_plot_title_names_the_run_label(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from matplotlib.figure import Figure
+
+    titles: dict[str, str] = {}
+    save = Figure.savefig
+
+    def looked_at(fig: Figure, path: Path, **kwargs: Any) -> None:  # each figure's title, as it is written
+        titles[path.name] = fig.axes[0].get_title()
+        save(fig, path, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", looked_at)
+    trace = _result("trace", [_record("trace", i, 100.0 + i, line=i) for i in range(4)])
+    trace.label = "roundrobin $5\x1b[31m"  # "$" must not start mathtext, the escape byte is shown escaped
+    sweep = _result("sweep", [_record("cold", 0, 400.0, length=500)])
+    sweep.details = {"sweep": [{"length": 500, "cold_ttft_ms": 400.0, "reused_ttft_ms": 100.0, "speedup": 4.0}]}
+    sweep.label = "prefixaware"
+    for folder in ("trace", "sweep", "unlabelled"):
+        (tmp_path / folder).mkdir()
+    write_plots(trace, tmp_path / "trace")
+    write_plots(sweep, tmp_path / "sweep")
+    assert set(titles) == {"latency_cdf.png", "timeline.png", "ttft_percentiles.png", "sweep_ttft.png"}
+    for name in ("latency_cdf.png", "timeline.png", "ttft_percentiles.png"):
+        assert titles[name].endswith("\nroundrobin \\$5\\x1b[31m"), titles[name]
+    assert titles["sweep_ttft.png"].endswith("\nprefixaware")
+    sweep.label = None
+    write_plots(sweep, tmp_path / "unlabelled")
+    assert "\n" not in titles["sweep_ttft.png"]  # no label: the title alone
+
+
 def test_off_a_terminal_progress_is_plain_lines(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

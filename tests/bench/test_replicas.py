@@ -8,6 +8,7 @@ actually answered, so the bench's attribution logic runs end to end on 127.0.0.1
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,9 +16,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from kvtier.bench.records import RequestRecord
 from kvtier.bench.replicas import replica_summary, single_mover
-from kvtier.bench.testserver import FakeCluster
+from kvtier.bench.result import BenchResult
+from kvtier.bench.terminal import replica_lines
+from kvtier.bench.testserver import Behaviour, FakeCluster
 from kvtier.cli import main
 from kvtier.serving import ROUTER_SERVED_METRIC
 
@@ -100,3 +105,43 @@ def test_replica_summary_counts_known_and_unknown() -> None:
         "per_replica": {"a": 2, "b": 1},
         "unknown": 1,
     }
+
+
+def _free_port() -> int:
+    """A port on 127.0.0.1 that nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_a_router_metrics_url_nobody_answers_is_named_not_called_an_overlap(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}"
+    quick = Behaviour(cold_s=0.01, warm_s=0.01, l2_s=0.01, itl_s=0.001, output_tokens=2)
+    argv = ["--users", "2", "--rounds", "1", "--system-tokens", "16", "--user-tokens", "8", "--concurrency", "1"]
+    with FakeCluster(1, quick) as cluster:
+        argv += ["--url", cluster.urls[0], "--router-metrics-url", dead, "--no-progress", "--no-plots"]
+        assert main(["bench", "shared-prefix", *argv, "--out", str(tmp_path / "out")]) == 0
+    text = " ".join(capsys.readouterr().out.split())  # the summary, unwrapped
+    assert f"router metrics could not be read at {dead}/metrics (ClientConnectorError" in text
+    assert "--router-metrics-url" in text and "overlapped" not in text
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert f"router metrics could not be read at {dead}/metrics" in summary
+
+
+def _result(error: str | None) -> BenchResult:
+    records = [RequestRecord(run="r", url="u", index=i, tags={}, start_ms=0.0, replica=None) for i in range(2)]
+    details = {"router_metrics_error": error} if error else {}
+    settings = {"router_metrics_url": "http://router:9090"}
+    return BenchResult("sweep", "2026-01-01T00:00:00+00:00", 1.0, settings, ["r"], records, details=details)
+
+
+def test_replica_lines_tell_an_overlap_from_an_unreadable_counter() -> None:
+    overlapped = " ".join(replica_lines(_result(None), None))
+    assert "2 overlapped another request or were not counted (replica unknown)" in overlapped
+    assert "could not be read" not in overlapped
+    unread = " ".join(replica_lines(_result("HTTP 503"), None))
+    assert "router metrics could not be read at http://router:9090/metrics (HTTP 503)" in unread
+    assert "--router-metrics-url" in unread and "overlapped" not in unread
