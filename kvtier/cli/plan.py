@@ -27,7 +27,9 @@ def register(sub: Any) -> None:
         help=f"prompt length for the recompute and L2-load times (default: {DEFAULT_PROMPT_TOKENS})",
     )
     parser.add_argument(
-        "--wide", action="store_true", help="endpoints side by side, hourly dollars and the rules (needs > 80 columns)"
+        "--wide",
+        action="store_true",
+        help="endpoints side by side, P5's hourly dollars and the rules (needs > 80 columns)",
     )
     parser.set_defaults(func=run)
 

@@ -41,6 +41,7 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
         before = templates(previous)  # read first: a broken folder is found before a full synth
     except ValueError as err:
         raise UsageError(f"{err}; pass the cdk.out folder of an earlier synth") from None
+    _check_same_environment(config, previous, before)  # before the ~10 s synth: the stack names say it at once
     from kvtier.app.jsii_node import prefer_project_node
 
     prefer_project_node()  # before aws_cdk starts the jsii kernel
@@ -51,14 +52,23 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
         build(app, config)
         app.synth()
         after = templates(Path(work))
-    if not set(before) & set(after):
-        raise UsageError(
-            f"{previous}: its stacks ({', '.join(sorted(before)) or 'none'}) are not this environment's "
-            f"({', '.join(sorted(after))}); pass a synth of environment {config.env.name}"
-        )
     notices = [*cold_starts(before, after), *autoscaler_handovers(before, after)]
     notices += added_network_policies(before, after)  # issue 33
     return [str(c) for c in compare(before, after)], [str(c) for c in notices]
+
+
+def _check_same_environment(config: Config, previous: Path, before: dict[str, Any]) -> None:
+    """`previous` must hold a stack this environment builds (status.expected_stacks: the stack names of the config,
+    so no synth is needed); a synth of another environment would compare as "everything replaced"."""
+    from kvtier.errors import name_list
+    from kvtier.ops.status import expected_stacks
+
+    expected = expected_stacks(config.env)
+    if not set(before) & expected:
+        raise UsageError(
+            f"{previous}: its stacks ({name_list(sorted(before)) or 'none'}) are not this environment's "
+            f"({name_list(sorted(expected))}); pass a synth of environment {config.env.name}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:

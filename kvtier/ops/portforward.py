@@ -12,11 +12,12 @@ import select
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
+from functools import partial
 from typing import Any
 
 from kvtier.k8s.endpoint_names import ENGINE_PORT
 from kvtier.naming import lob_namespace
-from kvtier.ops.kube import REQUEST_TIMEOUT_S
+from kvtier.ops.kube import REQUEST_TIMEOUT_S, list_items
 from kvtier.ops.probe import Pod, UnreachableError
 
 _CHUNK = 65536
@@ -33,31 +34,23 @@ class KubePodAccess:
     def __init__(self, context: str | None = None) -> None:
         from kubernetes import client
 
-        from kvtier.errors import UnavailableError
         from kvtier.ops.kube import api_client
 
-        try:
-            api = api_client(context)  # bounded requests; a failing credential plugin is the error
-        except UnavailableError as err:
-            raise UnreachableError(str(err).removeprefix("cannot check: ")) from err
-        self.core = client.CoreV1Api(api)
+        # bounded requests; no usable kubeconfig or a failing credential plugin is UnavailableError: one line, exit 3,
+        # as plain `verify`
+        self.core = client.CoreV1Api(api_client(context))
 
     def pods(self, lob: str, endpoint: str) -> list[Pod]:
-        import json
-
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        try:
-            response = self.core.list_namespaced_pod(
-                lob_namespace(lob),
-                label_selector=f"app={endpoint}",
-                _preload_content=False,
-                _request_timeout=REQUEST_TIMEOUT_S,
-            )
-        except (ApiException, HTTPError, OSError) as err:
-            raise UnreachableError(f"the Kubernetes API does not list pods of {lob}/{endpoint} ({err})") from err
-        items = json.loads(response.data).get("items", [])
+        # An API that cannot be reached is the whole run's failure (one line, exit 3, as plain `verify`), not a row
+        # per endpoint wrapping urllib3's error: list_items maps it.
+        list_pods = partial(
+            self.core.list_namespaced_pod,
+            lob_namespace(lob),
+            label_selector=f"app={endpoint}",
+            _preload_content=False,
+            _request_timeout=REQUEST_TIMEOUT_S,
+        )
+        items = list_items(list_pods, f"pods of {lob}/{endpoint}")
         return [
             Pod(i["metadata"]["name"], str(i.get("spec", {}).get("nodeName") or "?"), _ready(i))
             for i in items

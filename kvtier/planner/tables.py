@@ -1,7 +1,8 @@
 """Rich tables for `kvtier plan`, drawn from the plan data (kvtier.planner.report) so table and JSON agree.
 
-The default view fits 80 columns: one two-column table per endpoint, monthly dollars, abbreviations with a legend.
-`--wide` puts the endpoints side by side, adds hourly dollars and prints the rules.
+The default view fits 80 columns: one two-column table per endpoint, dollars per hour and per month (README's
+promise; issue 39), abbreviations with a legend. `--wide` puts the endpoints side by side, adds "alone on P5" per
+hour and prints the rules.
 """
 
 from __future__ import annotations
@@ -166,14 +167,18 @@ def _endpoint_tables(plan: dict[str, Any], wide: bool) -> list[Table]:
 
 
 def _lob_table(plan: dict[str, Any], wide: bool) -> Table:
-    table = Table(title="Lines of business (nodes are shared: each pays for its GPUs)", box=box.SIMPLE_HEAD)
-    headers = ["LOB", "GPUs (max)/quota", *(["$/hour"] if wide else []), "$/month", "H100-eq", "$/H100-eq-h"]
+    table = Table(
+        title="Lines of business (nodes are shared: each pays for its GPUs)",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,  # one space less between columns: $/hour and $/month both fit 80 columns
+    )
+    headers = ["LOB", "GPUs (max)/quota", "$/hour", "$/month", "H100-eq", "$/H100-eq-h"]
     headers += [*(["alone on P5 $/hour"] if wide else []), "alone on P5 $/month"]
     for header in headers:
         table.add_column(header, justify="left" if header == "LOB" else "right")
     for lob in plan["lobs"]:
         cells = [lob["name"], f"{lob['gpus']} ({lob['max_gpus']}) / {lob['gpu_quota']}"]
-        cells += [*([money(lob["price"])] if wide else []), money(lob["price"], "per_month")]
+        cells += [money(lob["price"]), money(lob["price"], "per_month")]
         per = lob["p5"]["price_per_h100_equivalent_hour"]
         cells += [f"{lob['p5']['h100_gpus']:.2f}", f"${per:,.2f}" if per is not None else "-"]
         cells += [*([money(lob["p5"]["price"])] if wide else []), money(lob["p5"]["price"], "per_month")]
@@ -181,15 +186,22 @@ def _lob_table(plan: dict[str, Any], wide: bool) -> Table:
     return table
 
 
-def _env_table(plan: dict[str, Any], wide: bool) -> Table:
+def _env_table(plan: dict[str, Any]) -> Table:
     env = plan["environment"]
-    table = Table(title=f"Environment {env['name']} ({env['region']})", title_justify="left", box=box.SIMPLE_HEAD)
-    headers = ["", "instance type", "nodes", "GPUs", *(["$/hour"] if wide else []), "$/month"]
+    table = Table(
+        title=f"Environment {env['name']} ({env['region']})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        collapse_padding=True,  # one space less between columns, none at the edges: $/hour and $/month fit 80
+        pad_edge=False,
+    )
+    headers = ["", "instance type", "nodes", "GPUs", "$/hour", "$/month"]
     for header in headers:
-        table.add_column(header, justify="left" if header in ("", "instance type") else "right")
+        # only the label column wraps (at its words) when 80 columns are short: a unit or a price is not split
+        table.add_column(header, justify="left" if header in ("", "instance type") else "right", no_wrap=bool(header))
 
     def add(label: str, kind: str, nodes: str, gpus: str, price: dict[str, Any]) -> None:
-        table.add_row(label, kind, nodes, gpus, *([money(price)] if wide else []), money(price, "per_month"))
+        table.add_row(label, kind, nodes, gpus, money(price), money(price, "per_month"))
 
     for g in env["groups"]:
         add(
@@ -239,7 +251,7 @@ def print_tables(plan: dict[str, Any], *, wide: bool = False, console: Console |
     for table in _endpoint_tables(plan, wide) if plan["endpoints"] else []:
         console.print(table)
     console.print(_lob_table(plan, wide))
-    console.print(_env_table(plan, wide))
+    console.print(_env_table(plan))
     if plan["environment"]["p5"]["kv"]:
         console.print(_kv_table(plan))
     legend = (

@@ -5,6 +5,7 @@ in bounded time. The servers are real sockets on 127.0.0.1 that accept and never
 
 from __future__ import annotations
 
+import json
 import socket
 import stat
 import threading
@@ -177,3 +178,31 @@ def test_a_failing_get_token_is_the_reported_cause(
     assert elapsed < 5.0, elapsed  # no request is sent without credentials
     line = _one_error_line(err)
     assert "credential plugin failed" in line and "ExpiredToken" in line
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_probe_against_a_closed_port_is_one_line_as_plain_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], as_json: bool
+) -> None:
+    """Issue 39: `verify --probe` printed a table wrapping urllib3's MaxRetryError over ~12 lines; now the same one
+    line and exit 3 as plain `verify`. Nothing listens on the port, so the connection is refused at once."""
+    from kvtier.bench.testserver import free_port
+
+    address = f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "kubeconfig", f"http://{address}", {"token": "t"})))
+    json_flag = ["--json"] if as_json else []
+    seen: list[str] = []
+    for probe in ([], ["--probe"]):
+        code = cli(["verify", "-e", "dev", "--config-dir", str(CONFIG_DIR), *probe, *json_flag])
+        out, err = capsys.readouterr()
+        assert code == 3, (out, err)
+        if as_json:  # the error object of every command, no probe results
+            error = json.loads(out)["error"]
+            assert error["exit_code"] == 3 and "results" not in json.loads(out), out
+            seen.append(error["message"])
+        else:
+            assert out == "", out  # no table
+            seen.append(_one_error_line(err))
+    plain, probed = seen
+    assert probed == plain, seen
+    assert "does not answer" in probed and "Max retries" not in probed, probed

@@ -215,14 +215,14 @@ def _raise(err: Exception) -> Any:
 
 
 def test_reading_maps_api_failures() -> None:
-    assert kube._items(lambda: _Response({"items": [{"kind": "Pod"}]}), "pods") == [{"kind": "Pod"}]
-    assert kube._items(_raise(ApiException(status=404, reason="Not Found")), "policies", missing_ok=True) == []
+    assert kube.list_items(lambda: _Response({"items": [{"kind": "Pod"}]}), "pods") == [{"kind": "Pod"}]
+    assert kube.list_items(_raise(ApiException(status=404, reason="Not Found")), "policies", missing_ok=True) == []
     with pytest.raises(UnavailableError, match="refused to list pods"):
-        kube._items(_raise(ApiException(status=403, reason="Forbidden")), "pods")
+        kube.list_items(_raise(ApiException(status=403, reason="Forbidden")), "pods")
     with pytest.raises(UnavailableError, match="does not answer"):
-        kube._items(_raise(MaxRetryError(None, "https://api.example", "connection refused")), "pods")  # type: ignore[arg-type]
+        kube.list_items(_raise(MaxRetryError(None, "https://api.example", "connection refused")), "pods")  # type: ignore[arg-type]
     with pytest.raises(UnavailableError, match="failed"):
-        kube._items(_raise(ApiException(status=404, reason="Not Found")), "pods")
+        kube.list_items(_raise(ApiException(status=404, reason="Not Found")), "pods")
 
 
 def test_a_pod_of_vllms_own_connector_as_the_chart_renders_it_passes(dev: Config) -> None:

@@ -147,9 +147,12 @@ def test_plan_table(env: str, wide: bool, capsys: pytest.CaptureFixture[str]) ->
         assert title in out
     assert "by the GPU-hour" not in out  # issue 29: a buyer rents whole P5 instances
     assert f"${2 * _price('ml.g6e.4xlarge') * 730:,.2f}" in out  # retail's two GPUs, a month
+    # issue 39: README promises cost per hour and per month; the default view showed only the month
+    assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out  # retail's two GPUs, an hour
+    assert out.count("$/hour") >= 2  # the LOB and environment tables
     assert "caveat: " in out and "ml.p5.48xlarge price_per_hour" in out
     if wide:
-        assert f"${2 * _price('ml.g6e.4xlarge'):,.2f}" in out and "break_even" in out  # hourly dollars, the rules
+        assert "break_even" in out  # the rules
     else:
         widest = max(len(line) for line in out.splitlines())
         assert widest <= 80, f"a line of {widest} columns"
@@ -203,6 +206,8 @@ def test_plan_says_unknown_prices(config_copy: Path, capsys: pytest.CaptureFixtu
     assert cli(["plan", "--config-dir", str(config_copy)]) == 0
     out = capsys.readouterr().out
     assert f">= ${known * 730:,.2f}+" in out and "+: a lower bound; no price for ml.m5.8xlarge." in out
+    assert f">= ${known:,.2f}+" in out  # the hour's lower bound too (issue 39)
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
 
 
 def test_plan_of_an_endpoint_without_l2(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
