@@ -17,6 +17,7 @@ import aiohttp
 from kvtier.bench.http import TRANSPORT_ERRORS, describe, get
 from kvtier.bench.metrics import parse_prometheus
 from kvtier.bench.records import RequestRecord
+from kvtier.bench.result import BenchResult
 from kvtier.serving import ROUTER_SERVED_METRIC, ROUTER_WORKER_LABEL
 
 
@@ -48,10 +49,15 @@ def single_mover(before: dict[str, float] | None, after: dict[str, float] | None
     return None
 
 
-def unread_note(url: str, error: str) -> str:
-    """Said instead of "overlapped": the counter was never read, so no request's replica could be told."""
+def unread_note(result: BenchResult) -> str | None:
+    """Said instead of "overlapped" when the run's router counter was never read (so no request's replica could be
+    told); None when it was read."""
+    error = result.details.get("router_metrics_error")
+    if not isinstance(error, str):
+        return None
+    url = str(result.settings["router_metrics_url"]).rstrip("/")
     return (
-        f"router metrics could not be read at {url.rstrip('/')}/metrics ({error}), so no request's replica is known; "
+        f"router metrics could not be read at {url}/metrics ({error}), so no request's replica is known; "
         "pass the router's Prometheus port as --router-metrics-url"
     )
 

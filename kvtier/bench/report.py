@@ -109,10 +109,8 @@ def _replicas(result: BenchResult) -> list[str]:
 
 def _unread(result: BenchResult) -> list[str]:
     """The counter was never read: then `unknown` means that, not an overlap."""
-    error = result.details.get("router_metrics_error")
-    if not isinstance(error, str):
-        return []
-    return ["", f"**{unread_note(str(result.settings['router_metrics_url']), error)}**"]
+    note = unread_note(result)
+    return ["", f"**{note}**"] if note else []
 
 
 def _errors(result: BenchResult) -> list[str]:

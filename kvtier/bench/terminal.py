@@ -318,9 +318,9 @@ def replica_lines(result: BenchResult, width: int | None) -> list[str]:
     summary = replica_summary(result.records)
     served = ", ".join(f"{replica} {count}" for replica, count in summary["per_replica"].items()) or "none known"
     text = f"served by (router metrics): {served}"
-    error = result.details.get("router_metrics_error")
-    if isinstance(error, str):  # never read: saying "overlapped" would send the reader after the wrong cause
-        text += f"; {unread_note(str(result.settings['router_metrics_url']), error)}"
+    note = unread_note(result)
+    if note:  # never read: saying "overlapped" would send the reader after the wrong cause
+        text += f"; {note}"
     elif summary["unknown"]:
         text += f"; {summary['unknown']} overlapped another request or were not counted (replica unknown)"
     return wrap(text, width)
