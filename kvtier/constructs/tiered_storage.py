@@ -14,11 +14,13 @@ from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from kvtier.constructs.nag import LAMBDA_BASIC, acknowledge, acknowledge_all
+from kvtier.lambdas.tiered_storage.index import STATE_PARAMETER_ENV
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "tiered_storage"
 RESOURCE_TYPE = "Custom::HyperPodTieredStorage"
@@ -56,6 +58,22 @@ class TieredStorageSetting(Construct):
         )
         self.is_complete.add_to_role_policy(
             iam.PolicyStatement(sid="ReadTheOrchestrator", actions=["eks:DescribeCluster"], resources=[eks_cluster_arn])
+        )
+        # The poll state: which request is_complete's own UpdateCluster was sent for, and when. The framework hands
+        # every poll the same event and refuses Data from a poll that is not complete, so it lives here (issue 37).
+        self.poll_state = ssm.StringParameter(
+            self,
+            "PollState",
+            string_value="{}",
+            description="kvtier Tiered Storage waiter: the request its UpdateCluster was last sent for",
+        )
+        self.is_complete.add_environment(STATE_PARAMETER_ENV, self.poll_state.parameter_name)
+        self.is_complete.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="PollState",
+                actions=["ssm:GetParameter", "ssm:PutParameter"],
+                resources=[self.poll_state.parameter_arn],
+            )
         )
         provider = cr.Provider(
             self,

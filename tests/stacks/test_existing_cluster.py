@@ -113,6 +113,20 @@ def test_tiered_storage_roles_are_least_privilege(byoc: Synth) -> None:
     assert not [s for s in _statements(byoc, "cluster") if "iam:PassRole" in json.dumps(s["Action"])]
 
 
+def test_the_waiter_records_its_update_call_in_its_own_parameter(byoc: Synth) -> None:
+    """Issue 37: is_complete records which request its UpdateCluster was sent for in an SSM parameter of its own
+    (the framework passes the same event to every poll); it may read and write that parameter and no other."""
+    [(parameter_id, parameter)] = byoc.resources("cluster", "AWS::SSM::Parameter").items()
+    assert _props(parameter)["Value"] == "{}"
+    functions = byoc.resources("cluster", "AWS::Lambda::Function").values()
+    [is_complete] = [f for f in functions if _props(f)["Handler"] == "index.is_complete"]
+    assert _props(is_complete)["Environment"]["Variables"]["POLL_STATE_PARAMETER"] == {"Ref": parameter_id}
+    [state] = [s for s in _statements(byoc, "cluster") if s.get("Sid") == "PollState"]
+    assert sorted(state["Action"]) == ["ssm:GetParameter", "ssm:PutParameter"]
+    assert parameter_id in json.dumps(state["Resource"])
+    assert not [s for s in _statements(byoc, "cluster") if "ssm:" in json.dumps(s["Action"]) and s is not state]
+
+
 def test_kubectl_provider_runs_in_the_owners_vpc_with_an_admin_access_entry(byoc: Synth) -> None:
     functions = [
         _props(f) for f in byoc.resources("cluster", "AWS::Lambda::Function").values() if "VpcConfig" in _props(f)
