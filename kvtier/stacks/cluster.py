@@ -109,7 +109,14 @@ class NewClusterStack(ClusterStack):
         self.network_addons = ClusterAddons(
             self, "NetworkAddons", eks_cluster=self.eks, specs=addons("network"), outputs=self.outputs
         )
-        # 3. HyperPod dependencies, installed without waiting for pods (no node exists yet).
+        # 3. HyperPod dependencies, installed without waiting for pods (no node exists yet). The installer downloads
+        # from the internet and is cluster admin: its own security group, never the node group's (issue 37).
+        self.installer_security_group = network.api_client_group(
+            self,
+            "InstallerSecurityGroup",
+            control_plane_group_id=self.kvtier_eks.cluster.cluster_security_group_id,
+            description="the HyperPod dependencies installer",
+        )
         self.hyperpod_dependencies = HyperPodDependencies(
             self,
             "HyperPodDependencies",
@@ -117,7 +124,7 @@ class NewClusterStack(ClusterStack):
             region=env.region,
             vpc=network.vpc,
             subnets=subnets,
-            security_group=network.node_security_group,
+            security_group=self.installer_security_group,
             kubectl_layer=self.eks.kubectl_layer,
         )
         self.hyperpod_dependencies.resource.node.add_dependency(*self.network_addons.addons.values())
