@@ -58,6 +58,7 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
         cluster.icluster,
         oidc_provider_arn=cluster.oidc_provider_arn,
         hyperpod_cluster_arn=cluster.hyperpod_cluster_arn,
+        network=network.network if network is not None else None,
     )
     platform.add_stack_dependency(cluster)
     stacks = EnvironmentStacks(network=network, cluster=cluster, platform=platform)

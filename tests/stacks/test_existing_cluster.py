@@ -127,6 +127,11 @@ def test_the_waiter_records_its_update_call_in_its_own_parameter(byoc: Synth) ->
     assert not [s for s in _statements(byoc, "cluster") if "ssm:" in json.dumps(s["Action"]) and s is not state]
 
 
+def test_no_system_node_gate_on_an_existing_cluster(byoc: Synth) -> None:
+    """Issue 37: the gate waits for the first system node of a cluster kvtier creates; an existing one has nodes."""
+    assert not [n for n, t in byoc.templates.items() if "Custom::KvtierSystemNodeGate" in json.dumps(t)]
+
+
 def test_kubectl_provider_runs_in_the_owners_vpc_with_an_admin_access_entry(byoc: Synth) -> None:
     functions = [
         _props(f) for f in byoc.resources("cluster", "AWS::Lambda::Function").values() if "VpcConfig" in _props(f)
@@ -173,8 +178,13 @@ def _manifests(synth: Synth) -> dict[str, Any]:
     for stack in [synth.stacks.platform, *synth.stacks.lobs]:
         kind = stack.stack_name.split("-", 2)[2]
         out[kind] = {
-            # Observability differs by design: dev runs the Prometheus Operator mode, byoc the HyperPod add-on's.
-            "charts": {c.node.id: c.manifests() for c in stack.outputs.charts if "observability" not in c.node.id},
+            # Observability differs by design: dev runs the Prometheus Operator mode, byoc the HyperPod add-on's; so
+            # does the system-node gate's RBAC (issue 37: a cluster kvtier creates only, an existing one has nodes).
+            "charts": {
+                c.node.id: c.manifests()
+                for c in stack.outputs.charts
+                if "observability" not in c.node.id and c.node.id != "node-gate"
+            },
             "releases": [dict(vars(release)) for release in stack.outputs.releases],
         }
     return out
