@@ -52,7 +52,7 @@ def test_a_misspelt_key_inside_an_s3_model_names_the_s3_keys(
     )
     assert _one_line(capsys, config_copy) == (
         f"{lob}: endpoints[0].model.regoin: unknown key 'regoin'; did you mean 'region'? known keys here: source, id, "
-        "bucket, prefix, region, weights_version"
+        "bucket, prefix, region, weights_version, kms_key_arn"
     )
 
 
