@@ -11,7 +11,7 @@ access entry whose Kubernetes group may only get and list nodes (kvtier/k8s/node
 
 from __future__ import annotations
 
-from aws_cdk import CustomResource, Duration
+from aws_cdk import Duration
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
 from constructs import Construct
@@ -20,7 +20,7 @@ from kvtier.config.environment import Environment
 from kvtier.constructs.lambda_code import package_code
 from kvtier.constructs.manifests import StackOutputs, apply_chart
 from kvtier.constructs.network import KvtierNetwork
-from kvtier.constructs.waiter import handler_function, waiter_provider
+from kvtier.constructs.waiter import handler_function, waiting_resource
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.node_gate import NODE_GATE_GROUP, add_node_gate_access
 from kvtier.k8s.placement import node_selector
@@ -87,17 +87,13 @@ class SystemNodeGate(Construct):
         chart = KvtierChart(chart_app(), "node-gate")
         add_node_gate_access(chart)
         self.node_reader = apply_chart(self, "NodeReader", cluster, chart, outputs)
-        provider = waiter_provider(
+        self.resource = waiting_resource(
             self,
+            "Gate",
             on_event=self.on_event,
             is_complete=self.is_complete,
             query_interval=QUERY_INTERVAL,
             total_timeout=TOTAL_TIMEOUT,
-        )
-        self.resource = CustomResource(
-            self,
-            "Gate",
-            service_token=provider.service_token,
             resource_type=RESOURCE_TYPE,
             properties={
                 "ClusterName": cluster.cluster_name,

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration
+from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from kvtier.constructs.waiter import handler_function, waiter_provider
+from kvtier.constructs.waiter import handler_function, waiting_resource
 from kvtier.lambdas.tiered_storage.index import STATE_PARAMETER_ENV
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "tiered_storage"
@@ -78,18 +78,14 @@ class TieredStorageSetting(Construct):
                 resources=[self.poll_state.parameter_arn],
             )
         )
-        provider = waiter_provider(
+        # Always Enable: with tiered storage off in config, kvtier leaves the owner's setting alone (no resource).
+        self.resource = waiting_resource(
             self,
+            "Setting",
             on_event=self.on_event,
             is_complete=self.is_complete,
             query_interval=QUERY_INTERVAL,
             total_timeout=TOTAL_TIMEOUT,
-        )
-        # Always Enable: with tiered storage off in config, kvtier leaves the owner's setting alone (no resource).
-        self.resource = CustomResource(
-            self,
-            "Setting",
-            service_token=provider.service_token,
             resource_type=RESOURCE_TYPE,
             properties={
                 "ClusterName": cluster_arn,  # the API takes the ARN as ClusterName

@@ -8,9 +8,10 @@ The waiter gives is_complete the same event on every poll and accepts `Data` onl
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from aws_cdk import Duration, Stack
+from aws_cdk import CustomResource, Duration, Stack
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
@@ -54,15 +55,19 @@ def handler_function(
     )
 
 
-def waiter_provider(
+def waiting_resource(
     scope: Construct,
+    id: str,
     *,
     on_event: lambda_.Function,
     is_complete: lambda_.Function,
     query_interval: Duration,
     total_timeout: Duration,
-) -> cr.Provider:
-    """The Provider framework with an is-complete waiter (construct ids `Provider` and `WaiterLogs` in `scope`)."""
+    resource_type: str,
+    properties: Mapping[str, Any],
+) -> CustomResource:
+    """The custom resource `id`, served by the Provider framework with an is-complete waiter (construct ids
+    `Provider` and `WaiterLogs` in `scope`)."""
     provider = cr.Provider(
         scope,
         "Provider",
@@ -79,7 +84,9 @@ def waiter_provider(
         ),
     )
     _acknowledge(scope, provider, (on_event, is_complete), in_vpc=is_complete.is_bound_to_vpc)
-    return provider
+    return CustomResource(
+        scope, id, service_token=provider.service_token, resource_type=resource_type, properties=dict(properties)
+    )
 
 
 def _acknowledge(
