@@ -55,9 +55,13 @@ def non_empty(expr: str) -> dict[str, Any]:
     return {"key": var(f"length({expr})"), "operator": "GreaterThan", "value": 0}
 
 
-def any_not_in(expr: str, allowed: list[str]) -> dict[str, Any]:
-    """A deny condition: some element of `expr` (a JMESPath list) is not in `allowed`."""
-    return {"key": var(expr), "operator": "AnyNotIn", "value": allowed}
+def any_not_in(expr: str, allowed: list[str]) -> list[dict[str, Any]]:
+    """Deny conditions: `expr` (a string or a list of strings) has an element not in `allowed`, or one holding `*` or
+    `?`: Kyverno's AnyNotIn matches wildcards in both directions, so a key `*` would pass as allowed."""
+    return [
+        {"key": var(expr), "operator": "AnyNotIn", "value": allowed},
+        non_empty(f"[{expr}][] | [?contains(@, '*') || contains(@, '?')]"),
+    ]
 
 
 def pod_baseline(allowed_host_paths: list[str]) -> list[dict[str, Any]]:
@@ -66,14 +70,14 @@ def pod_baseline(allowed_host_paths: list[str]) -> list[dict[str, Any]]:
         non_empty(f"{CONTEXTS} | [?windowsOptions.hostProcess]"),  # check_windowsHostProcess
         non_empty(f"[{SPEC}.hostNetwork, {SPEC}.hostPID, {SPEC}.hostIPC][?@]"),  # check_hostNamespaces
         non_empty(f"{CONTAINERS} | [?securityContext.privileged == `true`]"),  # check_privileged
-        any_not_in(f"{CONTAINERS}.securityContext.capabilities.add[]", BASELINE_CAPABILITIES),
-        any_not_in(f"{VOLUMES}[?hostPath].hostPath.path", allowed_host_paths),  # check_hostPathVolumes
+        *any_not_in(f"{CONTAINERS}.securityContext.capabilities.add[]", BASELINE_CAPABILITIES),
+        *any_not_in(f"{VOLUMES}[?hostPath].hostPath.path", allowed_host_paths),  # check_hostPathVolumes
         non_empty(f"{CONTAINERS}.ports[] | [?hostPort > `0`]"),  # check_hostPorts
         non_empty(f"{CONTEXTS} | [?{APPARMOR_DISALLOWED}]"),  # check_appArmorProfile (fields only: module doc)
         non_empty(f"{CONTEXTS} | [?seLinuxOptions.user || seLinuxOptions.role]"),  # check_seLinuxOptions
-        any_not_in(f"{CONTEXTS} | [].seLinuxOptions.type", SELINUX_TYPES),
-        any_not_in(f"{CONTAINERS}.securityContext.procMount", ["Default"]),  # check_procMount_baseline
+        *any_not_in(f"{CONTEXTS} | [].seLinuxOptions.type", SELINUX_TYPES),
+        *any_not_in(f"{CONTAINERS}.securityContext.procMount", ["Default"]),  # check_procMount_baseline
         non_empty(f"{CONTEXTS} | [?seccompProfile.type == 'Unconfined']"),  # check_seccompProfile_baseline
-        any_not_in(f"{SPEC}.securityContext.sysctls[].name || `[]`", SAFE_SYSCTLS),  # check_sysctls
+        *any_not_in(f"{SPEC}.securityContext.sysctls[].name || `[]`", SAFE_SYSCTLS),  # check_sysctls
         non_empty(f"{HANDLERS} | [?httpGet.host || tcpSocket.host]"),  # check_hostProbesAndhostLifecycle
     ]

@@ -34,7 +34,7 @@ from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.breaks import admission_broken
 from kvtier.k8s.curvine.names import CSI_DRIVER
-from kvtier.k8s.kyverno_conditions import VOLUMES, non_empty, pod_baseline
+from kvtier.k8s.kyverno_conditions import VOLUMES, any_not_in, non_empty, pod_baseline
 from kvtier.k8s.kyverno_conditions import var as _n
 from kvtier.k8s.kyverno_policy import WEBHOOK_TIMEOUT_S
 from kvtier.k8s.namespace import PSA_MODES, PSA_PREFIX, psa_labels
@@ -83,11 +83,7 @@ def _pods(lob: str, namespace: str, buckets: list[str]) -> dict[str, Any]:
         [
             *pod_baseline(ALLOWED_HOST_PATHS),
             non_empty(f"{VOLUMES}[?csi.driver == '{CSI_DRIVER}']"),
-            {
-                "key": _n(f"{VOLUMES}[?csi.driver == '{S3_CSI_DRIVER}'].csi.volumeAttributes.bucketName"),
-                "operator": "AnyNotIn",
-                "value": buckets,
-            },
+            *any_not_in(f"{VOLUMES}[?csi.driver == '{S3_CSI_DRIVER}'].csi.volumeAttributes.bucketName", buckets),
         ],
         namespaces=[namespace],
     )
@@ -139,14 +135,11 @@ def _volumes(env: str, lob: str, namespace: str, buckets: list[str]) -> dict[str
                 "operator": "Equals",
                 "value": True,
             },
-            {
-                "key": _n(
-                    f"request.object.spec.csi.driver == '{S3_CSI_DRIVER}' && "
-                    "request.object.spec.csi.volumeAttributes.bucketName || ''"
-                ),
-                "operator": "AnyNotIn",
-                "value": [*buckets, ""],
-            },
+            *any_not_in(
+                f"request.object.spec.csi.driver == '{S3_CSI_DRIVER}' && "
+                "request.object.spec.csi.volumeAttributes.bucketName || ''",
+                [*buckets, ""],
+            ),
         ],
     )
     rule["preconditions"] = {
@@ -164,19 +157,12 @@ def _endpoints(lob: LineOfBusiness, namespace: str) -> dict[str, Any]:
         f"{namespace}: an InferenceEndpointConfig may read only LOB {lob.name}'s S3 models {pairs or '(none)'} and "
         f"mount no hostPath but {ALLOWED_HOST_PATHS} (kvtier ClusterPolicy {guard_name(lob.name)})",
         [
-            {
-                "key": _n(
-                    f"{source}.modelSourceType == 's3' && join('/', [{source}.s3Storage.bucketName || '', "
-                    f"{source}.modelLocation || '']) || ''"
-                ),
-                "operator": "AnyNotIn",
-                "value": [*pairs, ""],
-            },
-            {
-                "key": _n("request.object.spec.kubernetes.volumes[?hostPath].hostPath.path || `[]`"),
-                "operator": "AnyNotIn",
-                "value": ALLOWED_HOST_PATHS,
-            },
+            *any_not_in(
+                f"{source}.modelSourceType == 's3' && join('/', [{source}.s3Storage.bucketName || '', "
+                f"{source}.modelLocation || '']) || ''",
+                [*pairs, ""],
+            ),
+            *any_not_in("request.object.spec.kubernetes.volumes[?hostPath].hostPath.path || `[]`", ALLOWED_HOST_PATHS),
         ],
         namespaces=[namespace],
     )
@@ -191,11 +177,7 @@ def _keda(lob: str, namespace: str, role_arn: str) -> list[dict[str, Any]]:
         f"no identityOwner, awsRoleArn parameter or awsSecretManager (kvtier ClusterPolicy {guard_name(lob)})",
         [
             {"key": _n(f"{identity}.provider || ''"), "operator": "Equals", "value": "aws-eks"},
-            {
-                "key": _n(f"{identity}.provider == 'aws' && ({identity}.roleArn || 'none') || ''"),
-                "operator": "AnyNotIn",
-                "value": [role_arn, ""],
-            },
+            *any_not_in(f"{identity}.provider == 'aws' && ({identity}.roleArn || 'none') || ''", [role_arn, ""]),
             {"key": _n(f"{identity}.identityOwner || ''"), "operator": "NotEquals", "value": ""},
             {"key": _n("contains(to_string(request.object.spec), 'awsRoleArn')"), "operator": "Equals", "value": True},
             non_empty("[request.object.spec.awsSecretManager][?@]"),

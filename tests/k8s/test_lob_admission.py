@@ -1,7 +1,7 @@
 """Each LOB's Kyverno ClusterPolicy guard (kvtier/k8s/lob_admission.py): valid against Kyverno's ClusterPolicy CRD,
-and hostile cases through the same EMULATION the L2 Policy's tests use (tests/k8s/test_kyverno_policy.py: Kyverno
-variables substituted with JMESPath, deny conditions evaluated), extended with the operators this policy uses
-(GreaterThan, AnyNotIn) and with `match` (kinds, namespaces, names, operations) and `exclude` subjects.
+and hostile cases through an EMULATION of Kyverno 1.19 (tests/k8s/kyverno_emulation.py: its JMESPath fork's failures
+on missing keys, its operators' wildcards, a rule error refusing the request) with `match` (kinds, namespaces,
+names, operations) and `exclude` subjects here. No Kyverno runs offline (docs/security.md).
 
 The hostile principal is LOB `support`'s namespace admin; the victim is LOB `retail` (docs/security.md). The guard
 of `support` must refuse every `support` object that names `retail`'s bucket, prefix, PV or L2 directory, and let
@@ -26,8 +26,8 @@ from kvtier.k8s.lob_admission import OPERATOR_SUBJECT, guard_name, lob_guard
 from kvtier.k8s.namespace import lob_namespace_object
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.rules import load_checked
+from tests.k8s.kyverno_emulation import UnresolvedError, holds
 from tests.k8s.pod_security import violations
-from tests.k8s.test_kyverno_policy import substitute
 from tests.support import CONFIG_DIR, Synth, shared_path
 from tests.validation import crd_errors
 
@@ -69,20 +69,6 @@ def guard(support: LineOfBusiness) -> dict[str, Any] | None:
 # ---- The emulation ------------------------------------------------------------------------------------------------
 
 
-def _holds(condition: dict[str, Any], ctx: dict[str, Any]) -> bool:
-    key, value, op = substitute(condition["key"], ctx), substitute(condition["value"], ctx), condition["operator"]
-    if op == "Equals":
-        return bool(key == value)
-    if op == "NotEquals":
-        return bool(key != value)
-    if op == "GreaterThan":
-        return bool(key > value)
-    if op == "AnyNotIn":  # Kyverno: a scalar key is a one-element list; an empty list has no element outside
-        keys = key if isinstance(key, list) else [key]
-        return any(k not in value for k in keys)
-    raise AssertionError(f"the emulation does not know operator {op}")
-
-
 def _kind_matches(kinds: list[str], obj: dict[str, Any]) -> bool:
     group_version = obj["apiVersion"]
     return any(k == obj["kind"] or k == f"{group_version}/{obj['kind']}" for k in kinds)
@@ -115,15 +101,19 @@ def admit(
     user = user or {"username": "kubernetes-admin"}
     request = {"object": obj, "operation": operation, "namespace": obj["metadata"].get("namespace", "")}
     ctx = {"request": request}
+    assert policy["spec"]["webhookConfiguration"]["failurePolicy"] == "Fail"  # a rule error refuses the request
     for rule in policy["spec"]["rules"]:
         if not _matches(rule["match"], obj, operation, user):
             continue
         if "exclude" in rule and _matches(rule["exclude"], obj, operation, user):
             continue
-        if not all(_holds(c, ctx) for c in rule.get("preconditions", {}).get("all", [])):
-            continue
-        if any(_holds(c, ctx) for c in rule["validate"]["deny"]["conditions"]["any"]):
-            return str(rule["validate"]["message"])
+        try:
+            if not all(holds(c, ctx) for c in rule.get("preconditions", {}).get("all", [])):
+                continue
+            if any(holds(c, ctx) for c in rule["validate"]["deny"]["conditions"]["any"]):
+                return str(rule["validate"]["message"])
+        except UnresolvedError as error:
+            return f"rule {rule['name']} failed: {error}"
     return None
 
 
@@ -331,6 +321,22 @@ def test_a_service_cannot_take_other_pods_traffic(guard: dict[str, Any] | None) 
     _refused(guard, service, "UPDATE")
     del service["spec"]["externalIPs"]
     assert admit(guard, service) is None
+
+
+def test_a_wildcard_opens_nothing(guard: dict[str, Any] | None, config: Config, support: LineOfBusiness) -> None:
+    """Kyverno's AnyNotIn matches `*` and `?` in both directions, so without its own condition a key `*` would pass
+    every allow-list of the guard (tests/k8s/kyverno_emulation.py)."""
+    _refused(guard, _pod(volumes=[{"name": "shm", "hostPath": {"path": "/dev/sh?"}}]))
+    _refused(guard, _pod(containers=[{"name": "c", "securityContext": {"capabilities": {"add": ["*"]}}}]))
+    _refused(guard, _iec(config, _with_s3(support, "models-shared", "*")))
+    for role in ("*", "arn:aws:iam::111122223333:role/kvtier-prod-*-keda"):
+        auth = {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "TriggerAuthentication",
+            "metadata": {"name": "a", "namespace": "kvtier-support"},
+            "spec": {"podIdentity": {"provider": "aws", "roleArn": role}},
+        }
+        _refused(guard, auth)
 
 
 def test_the_operators_shared_memory_and_own_buckets_pass(guard: dict[str, Any] | None) -> None:
