@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import importlib.util
 import io
+import json
 import os
 import re
 import shlex
@@ -444,3 +445,199 @@ def test_configuration_page_counts_the_shipped_gpu_nodes() -> None:
         assert said is not None, f"docs/configuration.md no longer says how many GPU nodes {env} has"
         groups = yaml.safe_load((ROOT / f"config/environments/{env}.yaml").read_text())["hyperpod"]["instance_groups"]
         assert int(said.group(1)) == sum(g["count"] for g in groups if g["role"] == "gpu"), env
+
+
+# The sample trace's numbers (issue 39, item 1): the window is the one examples/traces/README.md states, and every
+# number the pages quote about it is recomputed here from the file by a plain prefix replay (not kvtier's simulator),
+# or read from the sample output that test_every_sample_output_is_what_the_tool_prints reruns.
+TRACE_README = ROOT / "examples" / "traces" / "README.md"
+SAMPLE_TRACE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
+WHOLE_TRACE = f"data/traces/{docsamples.FULL_TRACE}"
+
+
+@dataclass(frozen=True)
+class TraceFacts:
+    requests: int
+    span_s: float
+    mean_prompt: float
+    too_long: int
+    served: int
+    sharing_first_block: int  # served prompts whose first 512-token block an earlier served prompt had
+    ceiling: float  # share of the served prompt tokens an unbounded cache serves (skipped requests store nothing)
+
+
+def trace_facts(path: Path, max_model_len: int) -> TraceFacts:
+    from tests.simulate.test_trace import prefix_reuse
+
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    served = [r for r in rows if r["input_length"] <= max_model_len]
+    seen: set[int] = set()
+    sharing = 0
+    for row in served:
+        sharing += row["hash_ids"][0] in seen
+        seen.update(row["hash_ids"])
+    hit, total = prefix_reuse(served)
+    return TraceFacts(
+        requests=len(rows),
+        span_s=(rows[-1]["timestamp"] - rows[0]["timestamp"]) / 1000,
+        mean_prompt=sum(r["input_length"] for r in rows) / len(rows),
+        too_long=len(rows) - len(served),
+        served=len(served),
+        sharing_first_block=sharing,
+        ceiling=hit / total,
+    )
+
+
+def retail_max_model_len() -> int:
+    lob = yaml.safe_load((ROOT / "config/lobs/retail.yaml").read_text(encoding="utf-8"))
+    (endpoint,) = [e for e in lob["endpoints"] if e["name"] == "qwen3-8b"]
+    return int(endpoint["max_model_len"])
+
+
+def said(page: Path, pattern: str) -> dict[str, str]:
+    """The groups of the one sentence of `page` that `pattern` matches, its line breaks read as spaces."""
+    found = re.search(pattern, " ".join(page.read_text(encoding="utf-8").split()))
+    assert found, f"{page.relative_to(ROOT)} no longer says /{pattern}/: update the page or this test"
+    return found.groupdict()
+
+
+def number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def percent(share: float) -> str:
+    return f"{100 * share:.1f}"
+
+
+def simulate_sample(page: Path, command_part: str) -> docsamples.Sample:
+    (sample,) = [s for s in SAMPLES if s.page == page and command_part in s.commands[0]]
+    return sample
+
+
+def hit_rows(sample: docsamples.Sample) -> dict[str, list[str]]:
+    """The token hit-rate table of a `kvtier simulate` output: routing -> cells (served, L0, ..., all)."""
+    rows = {}
+    for line in sample.text.splitlines():
+        cells = [c.strip() for c in line.strip("│").split("│")]
+        if line.startswith("│") and cells[-1].endswith("%"):
+            rows[cells[0].rstrip("*")] = cells[1:]
+    assert rows, f"{sample.where}: no hit-rate table"
+    return rows
+
+
+def ttft_rows(sample: docsamples.Sample) -> dict[str, list[str]]:
+    table = sample.text.split("TTFT (seconds)", 1)[1]
+    return {
+        cells[0].rstrip("*"): cells[1:]
+        for line in table.splitlines()
+        if line.startswith("│") and (cells := [c.strip() for c in line.strip("│").split("│")])
+    }
+
+
+README = ROOT / "README.md"
+PLANNING = ROOT / "docs" / "planning.md"
+README_SENTENCE = (
+    r"No router serves more than (?P<best>[\d.]+)% of these prompt tokens from cache, and no cache could "
+    r"\(an unbounded one serves (?P<ceiling>[\d.]+)% too\): the sample is the trace's first (?P<span>\d+) s, in "
+    r"which only (?P<sharing>\d+) of the (?P<served>\d+) served prompts share their first 512 tokens with an "
+    r"earlier one, while over the whole (?P<minutes>\d+)-minute trace the same ceiling is (?P<whole>[\d.]+)%"
+)
+TRACE_README_FACTS = (
+    r"These (?P<requests>\d+) requests span (?P<span>\d+) s, average (?P<mean>[\d,]+) prompt tokens, and "
+    r"(?P<too_long>\d+) of them are longer than (?P<limit>[\d,]+) tokens .* Only (?P<sharing>\d+) of the "
+    r"(?P<served>\d+) it serves share their first 512 tokens with an earlier request, so an unbounded cache would "
+    r"serve (?P<ceiling>[\d.]+)% of their prompt tokens"
+)
+TRACE_README_WINDOW = (
+    r"`mooncake_synthetic_500.jsonl` is the first (?P<lines>\d+) lines of the Mooncake synthetic trace"
+)
+PLANNING_LONGER_CONTEXT = (
+    r"Serving them with `max_model_len: 32768` \(Qwen3-8B's context is (?P<context>[\d,]+) tokens and one "
+    r"replica's GPU holds (?P<l0>[\d,]+)\)"
+)
+PLANNING_LONGER_CONTEXT_RESULT = (
+    r"(?P<served>\d+) of the (?P<requests>\d+) requests are served, but only (?P<hit>[\d.]+)% of their prompt "
+    r"tokens come from cache \(the long prompts are new too\), and the median TTFT is (?P<p50>\d+) s"
+)
+TRACE_README_WHOLE = (
+    r"The whole trace \((?P<requests>[\d,]+) requests over (?P<minutes>\d+) minutes, [\d.]+ MB\) reaches "
+    r"(?P<whole>[\d.]+)% by the same measure"
+)
+
+
+@pytest.mark.shared
+def test_the_sample_is_the_window_its_readme_states() -> None:
+    """The rule (the first N lines, unchanged) is what examples/traces/README.md says, and the file is that window
+    of the source wherever the whole trace is at hand."""
+    lines = int(said(TRACE_README, TRACE_README_WINDOW)["lines"])
+    assert said(TRACE_README, r"The rule is the trace's start: the first (?P<lines>\d+) lines") == {"lines": str(lines)}
+    assert SAMPLE_TRACE.read_bytes().count(b"\n") == lines
+    source = shared_path(WHOLE_TRACE).read_bytes()
+    assert SAMPLE_TRACE.read_bytes() == b"".join(source.splitlines(keepends=True)[:lines])
+
+
+def test_the_numbers_the_docs_give_for_the_sample_are_the_samples() -> None:
+    """Span, lengths, the requests dev skips, and the hit-rate ceiling (an unbounded cache, one replica), recomputed
+    from the file at the retail endpoint's max_model_len: in examples/traces/README.md, README.md and planning.md."""
+    limit = retail_max_model_len()
+    facts = trace_facts(SAMPLE_TRACE, limit)
+    traces = said(TRACE_README, TRACE_README_FACTS)
+    assert traces == {
+        "requests": str(facts.requests),
+        "span": str(round(facts.span_s)),
+        "mean": f"{facts.mean_prompt:,.0f}",
+        "too_long": str(facts.too_long),
+        "limit": f"{limit:,}",
+        "sharing": str(facts.sharing_first_block),
+        "served": str(facts.served),
+        "ceiling": percent(facts.ceiling),
+    }
+    readme = said(README, README_SENTENCE)
+    assert (readme["ceiling"], readme["span"], readme["sharing"], readme["served"]) == (
+        percent(facts.ceiling), str(round(facts.span_s)), str(facts.sharing_first_block), str(facts.served)
+    )  # fmt: skip
+    assert said(PLANNING, r"because its (?P<span>\d+) s hold little reuse") == {"span": str(round(facts.span_s))}
+
+
+def test_the_readme_quotes_what_simulate_prints_for_the_sample() -> None:
+    """The sentence under the README's simulate output reads its numbers off that output (which the docs-sample test
+    reruns): the best router's hit rate and the served requests; and no router beats the replayed ceiling."""
+    rows = hit_rows(simulate_sample(README, "mooncake_synthetic_500.jsonl --no-plots"))
+    assert set(rows) == {"roundrobin", "session", "prefixaware", "kvaware", "poolaware"}
+    best = max(number(cells[-1].rstrip("%")) for cells in rows.values())
+    readme = said(README, README_SENTENCE)
+    assert number(readme["best"]) == best
+    assert {cells[0] for cells in rows.values()} == {readme["served"]}
+    ceiling = 100 * trace_facts(SAMPLE_TRACE, retail_max_model_len()).ceiling
+    assert best <= round(ceiling, 1), "a router beats an unbounded cache: the ceiling or the simulator is wrong"
+    assert said(PLANNING, r"\((?P<best>[\d.]+)% at best, the README's output\)") == {"best": readme["best"]}
+
+
+def test_planning_quotes_what_simulate_prints_with_a_longer_context() -> None:
+    """planning.md's case for not raising dev's max_model_len reads its numbers off its sample output, and the
+    context and GPU it cites are the catalog's and the planner's (the output's L0 line)."""
+    from kvtier.catalog import MODELS
+
+    sample = simulate_sample(PLANNING, "mooncake_synthetic_500.jsonl --routing prefixaware")
+    (edit,) = sample.edits
+    assert edit == ("config/lobs/retail.yaml", f"max_model_len: {retail_max_model_len()}", "max_model_len: 32768")
+    fits = said(PLANNING, PLANNING_LONGER_CONTEXT)
+    assert number(fits["context"]) == MODELS["Qwen/Qwen3-8B"].context_length
+    assert f"L0 {fits['l0']} tokens" in sample.text and number(fits["l0"]) >= 32_768
+    result = said(PLANNING, PLANNING_LONGER_CONTEXT_RESULT)
+    (served, *_, hit) = hit_rows(sample)["prefixaware"]
+    (p50, *_) = ttft_rows(sample)["prefixaware"]
+    assert result == {"served": served, "requests": "500", "hit": hit.rstrip("%"), "p50": str(round(number(p50)))}
+    assert number(hit.rstrip("%")) < number(said(README, README_SENTENCE)["best"])  # "makes it worse"
+
+
+@pytest.mark.shared
+def test_the_whole_trace_ceiling_the_docs_quote_is_the_traces() -> None:
+    """The whole trace's ceiling at the same max_model_len (53.5%: docs/planning.md says it too), and its length."""
+    facts = trace_facts(shared_path(WHOLE_TRACE), retail_max_model_len())
+    whole = percent(facts.ceiling)
+    readme = said(README, README_SENTENCE)
+    assert (readme["whole"], readme["minutes"]) == (whole, str(round(facts.span_s / 60)))
+    traces = said(TRACE_README, TRACE_README_WHOLE)
+    assert traces == {"requests": f"{facts.requests:,}", "minutes": str(round(facts.span_s / 60)), "whole": whole}
+    assert said(PLANNING, r"unbounded caches\) is (?P<whole>[\d.]+)%") == {"whole": whole}

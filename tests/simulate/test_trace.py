@@ -20,7 +20,7 @@ from kvtier.simulate.trace import to_units
 from tests.support import ROOT, shared_path
 
 SYNTHETIC = "data/traces/mooncake_synthetic_trace.jsonl"
-SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"  # its first 500 lines, shipped
+SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"  # its first 500 lines (tests/test_docs.py)
 MOONCAKE_SYNTHETIC_REUSE = 0.66  # Mooncake FAST'25 Table 2, "Cache Ratio" of the synthetic trace
 BIG = 10**12
 UNBOUNDED = TierModel(
@@ -61,12 +61,6 @@ def trace(path: Path) -> Trace:
 @pytest.fixture(scope="module")
 def sample() -> Trace:
     return load_trace(SAMPLE)
-
-
-@pytest.mark.shared
-def test_the_shipped_sample_is_the_first_500_lines_of_the_trace(path: Path) -> None:
-    whole = path.read_bytes().split(b"\n")
-    assert SAMPLE.read_bytes() == b"\n".join(whole[:500]) + b"\n"
 
 
 def prefix_reuse(rows: list[dict[str, Any]], block: int = 512) -> tuple[int, int]:
