@@ -162,9 +162,9 @@ bench-synth: setup
 bench-setup: setup
 	$(PY) -m tools.benchsetup
 
-# The shipped sample by default; docs/benchmarks.md is measured on the whole Mooncake conversation trace (12,031
-# requests, kvcache-ai/Mooncake@3b5a594:FAST25-release/traces/conversation_trace.jsonl): SIM_TRACE=<that file>.
-SIM_TRACE ?= examples/traces/mooncake_synthetic_500.jsonl
+# The shipped Mooncake synthetic trace by default; docs/benchmarks.md is measured on the Mooncake conversation trace
+# (12,031 requests, kvcache-ai/Mooncake@3b5a594:FAST25-release/traces/conversation_trace.jsonl): SIM_TRACE=<that file>.
+SIM_TRACE ?= examples/traces/mooncake_synthetic.jsonl
 
 bench-sim: setup
 	$(PY) -m tools.benchsim --trace $(SIM_TRACE) --repeat 5 --output docs/benchmarks.md

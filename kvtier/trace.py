@@ -15,6 +15,7 @@ import json
 import math
 import os
 import select
+import shlex
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -104,6 +105,17 @@ def _open(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def _decompress(path: Path) -> str:
+    """The commands that turn a gzip trace into text. gunzip only takes a name ending in .gz (it refuses `t.jsonl`
+    with "unknown suffix"), so another name is decompressed next to itself with zcat."""
+    name = shlex.quote(str(path))
+    if path.suffix == ".gz":
+        first = f"gunzip -k {name}"
+    else:
+        first = f"zcat {name} > {shlex.quote(str(path.with_name(f'{path.stem}-plain{path.suffix}')))}"
+    return f"decompress it first (`{first}`) or pass `--trace <(zcat {name})`"
+
+
 def _lines(handle: BinaryIO, path: Path, progress: Callable[[int], None] | None) -> Iterator[str]:
     """The file's lines as text, each at most MAX_LINE_BYTES (a device or a file without newlines stops there)."""
     done = 0
@@ -120,10 +132,7 @@ def _lines(handle: BinaryIO, path: Path, progress: Callable[[int], None] | None)
                 "object a line"
             )
         if number == 1 and raw.startswith(GZIP_MAGIC):
-            raise TraceError(
-                f"{path}: gzip-compressed, not JSONL text; decompress it first (`gunzip -k {path}`) or pass "
-                f"`--trace <(zcat {path})`"
-            )
+            raise TraceError(f"{path}: gzip-compressed, not JSONL text; {_decompress(path)}")
         try:
             text = raw.decode("utf-8")
             if number == 1:

@@ -34,7 +34,7 @@ from tools.benchdoc import write_section
 ROOT = Path(__file__).resolve().parents[1]
 # The sample trace shipped in the repository (examples/traces/README.md: source, commit, licence); docs/benchmarks.md
 # is measured on the whole Mooncake conversation trace (`make bench-sim SIM_TRACE=...`, the Makefile names it).
-DEFAULT_TRACE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
+DEFAULT_TRACE = ROOT / "examples" / "traces" / "mooncake_synthetic.jsonl"
 COMMAND_TIMEOUT_S = 600
 # Hand-set, Qwen3-8B-on-L40S-like sizes; speed depends on the work per request, not on these values. No length
 # cap, so every request is looked up, routed and stored (the worst case).

@@ -2,15 +2,15 @@
 
 A sample is a ```console or ```text block whose first line is a `$ kvtier ...` command: every `$ ` line (with its
 `\\` continuation lines) is run in order by bash, and the block must equal what the commands print (stdout and
-stderr together, 80 columns, as in a pipe). The commands run in a scratch folder holding a copy of `config/`, the
-repository's `examples/` and, for a command that names it, the whole Mooncake synthetic trace. Comments right
-above the block may change the copied configuration first, each replacing a text that occurs once in one file
+stderr together, 80 columns, as in a pipe). The commands run in a scratch folder holding a copy of `config/` and
+the repository's `examples/` (with the Mooncake trace the samples replay). Comments right above the block may
+change the copied configuration first, each replacing a text that occurs once in one file
 (docs/configuration.md's validate samples use them):
 
     <!-- sample: config/environments/dev.yaml: "memory_percent: 20" -> "memory_percent: 10" -->
 
-    python -m tools.docsamples --trace-dir DIR           # list the samples that differ (exit 1 if any)
-    python -m tools.docsamples --trace-dir DIR --write   # rewrite them from what the tools print now
+    python -m tools.docsamples           # list the samples that differ (exit 1 if any)
+    python -m tools.docsamples --write   # rewrite them from what the tools print now
 """
 
 from __future__ import annotations
@@ -28,7 +28,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
-FULL_TRACE = "mooncake_synthetic_trace.jsonl"  # the public Mooncake trace the worked examples replay
 EDIT = re.compile(r'^<!-- sample: (?P<file>\S+): (?P<old>"(?:[^"\\]|\\.)*") -> (?P<new>"(?:[^"\\]|\\.)*") -->$')
 TIMEOUT_S = 300
 RUN_FOLDER = re.compile(r"\b\d{8}T\d{6}Z(?:-\d+)?\b")  # kvtier simulate's plot folder, named by its UTC start
@@ -95,16 +94,12 @@ def _edit(work: Path, file: str, old: str, new: str) -> None:
     path.write_text(text.replace(old, new), encoding="utf-8")
 
 
-def run(sample: Sample, trace_dir: Path | None) -> str:
+def run(sample: Sample) -> str:
     """What the sample's commands print now, in the form of the block."""
     with tempfile.TemporaryDirectory(prefix="kvtier-docsample-") as scratch:
         work = Path(scratch)
         shutil.copytree(ROOT / "config", work / "config")
         (work / "examples").symlink_to(ROOT / "examples")
-        if any(FULL_TRACE in c for c in sample.commands):
-            if trace_dir is None or not (trace_dir / FULL_TRACE).is_file():
-                raise FileNotFoundError(f"{sample.where} replays {FULL_TRACE}: pass --trace-dir with it")
-            (work / FULL_TRACE).symlink_to(trace_dir / FULL_TRACE)
         for file, old, new in sample.edits:
             _edit(work, file, old, new)
         # Each command shown as written, then run; `echo $?` sees the previous command's code, not printf's.
@@ -152,13 +147,12 @@ def rewrite(sample: Sample, output: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace-dir", type=Path, help=f"a folder holding {FULL_TRACE}")
     parser.add_argument("--write", action="store_true", help="rewrite the samples that differ")
     args = parser.parse_args(argv)
     differ = 0
     for page in PAGES:
         for sample in reversed(samples(page)):  # bottom first: a rewrite keeps the line numbers above it
-            output = run(sample, args.trace_dir)
+            output = run(sample)
             if output == sample.text:
                 continue
             differ += 1

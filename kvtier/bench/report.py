@@ -17,6 +17,7 @@ from kvtier.bench.terminal import (
     num,
     partial_note,
     pct,
+    printable,
     shared_notes,
     size,
     turn_rows,
@@ -33,13 +34,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 def markdown(result: BenchResult, plots: Sequence[str] = ()) -> str:
     s = result.settings
-    title = f"# kvtier bench: {result.workload}" + (f" ({result.label})" if result.label else "")
+    title = f"# kvtier bench: {result.workload}" + (f" ({printable(result.label)})" if result.label else "")
     lines = [title, ""]
     if result.partial:
         lines += [f"**Partial run**: {partial_note(result)}", ""]
     lines += [
         f"Started {result.started_at}, {result.duration_s:.1f} s. Model `{s.get('model')}`, API `{s.get('api')}`, "
-        f"seed {s.get('seed')}, salt `{s.get('salt')}`.",
+        f"seed {s.get('seed')}, salt `{printable(str(s.get('salt')))}`.",
         "",
         "## Runs",
         "",

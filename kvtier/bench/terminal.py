@@ -282,7 +282,7 @@ def summary_lines(result: BenchResult, wide: bool = False) -> list[str]:
     title = f"kvtier bench {result.workload} (salt {result.settings.get('salt')})"
     if result.label:
         title += f" {result.label}"
-    lines = wrap(title, width)
+    lines = wrap(printable(title), width)  # a label or salt holding "\x1b[31m" must not recolour the terminal
     for p in result.probes:
         if not p["answered"]:
             lines += wrap(f"warning: {p['url']} did not answer GET /v1/models: {p['error']}", width)

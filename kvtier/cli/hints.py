@@ -2,8 +2,9 @@
 
 argparse (3.11) reports words no parser took from the top-level parser ("kvtier: error: unrecognized arguments"),
 whose usage lists only the commands. Here they are reported by the deepest sub-command parser that ran, with a hint:
-a bare word where the command takes `-e` (`kvtier validate dev`), the closest option name (`--envv`), or kvtier's
-name for a `vllm bench serve` flag.
+a bare word where the command takes `-e` (`kvtier validate dev`), the closest option name (`--envv`), kvtier's
+name for a `vllm bench serve` flag, or the sub-command an option belongs to when it comes before that sub-command's
+name (`kvtier bench --qps 2 trace`).
 """
 
 from __future__ import annotations
@@ -75,8 +76,11 @@ def hints(
                 continue
         if name.startswith("--"):
             close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+            below = [p.removeprefix("kvtier ") for p in _taking(parser, name) if p != parser.prog]
             if close:
                 found.append(f"did you mean {close[0]}?")
+            elif below:  # `kvtier bench --qps 2 trace`: an option of the sub-command, given before its name
+                found.append(f"{name} is an option of {' and '.join(below)}: give it after the sub-command's name")
         elif (
             i == 0
             and not word.startswith("-")
@@ -91,10 +95,34 @@ def parse(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespa
     """parse_args, with unrecognised words reported by the sub-command that ran, with a hint (exit 2)."""
     if os.environ.get("KVTIER_HINTS_BREAK"):  # the old behaviour, for the tests' break check
         return parser.parse_args(words)
+    _options_before_the_sub_command(parser, words)
     args, extras = parser.parse_known_args(words)
     if extras:
         unrecognised(parser, deepest(parser, args), extras, words)
     return args
+
+
+def _options_before_the_sub_command(root: argparse.ArgumentParser, words: list[str]) -> None:
+    """`kvtier bench --request-rate 5`: an unknown option where a sub-command's name belongs. argparse would take the
+    option's value for the sub-command ("invalid choice: '5'"); the option is the mistake, so it is reported, with its
+    hint, by the parser whose sub-command is missing. kvtier's command parsers take no option with a value."""
+    parser, i = root, 0
+    while True:
+        dest, children = _children(parser)
+        if dest is None:
+            return
+        known = {o for a in parser._actions for o in a.option_strings}
+        while i < len(words) and words[i] in known:
+            i += 1
+        if i == len(words):
+            return
+        if words[i] in children:
+            parser, i = children[words[i]], i + 1
+            continue
+        if not words[i].startswith("-"):
+            return  # a misspelt sub-command: argparse's "invalid choice" names it
+        end = next((j for j in range(i, len(words)) if words[j] in children), len(words))
+        unrecognised(root, parser, words[i:end], words)
 
 
 def unrecognised(

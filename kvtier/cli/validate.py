@@ -2,7 +2,8 @@
 
 With `--previous <cdk.out>`, also synthesize and compare with that earlier synth: changes that replace the
 HyperPod cluster, change the Curvine master count or touch an operator endpoint's routing are refused (exit 1)
-unless `--allow-replacement`. Endpoints whose L2 identity changes are reported as "L2 starts cold" (a notice).
+unless `--allow-replacement`. Endpoints whose L2 identity changes are reported as "L2 starts cold", and the
+NetworkPolicies, admission rules and Pod Security labels the deploy adds are named (notices).
 """
 
 from __future__ import annotations
@@ -33,7 +34,15 @@ def register(sub: Any) -> None:
 
 def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
     """(refusable changes, notices)."""
-    from kvtier.rules.day2 import added_network_policies, autoscaler_handovers, cold_starts, compare, templates
+    from kvtier.rules.day2 import (
+        added_admission_rules,
+        added_network_policies,
+        autoscaler_handovers,
+        cold_starts,
+        compare,
+        pod_security_changes,
+        templates,
+    )
 
     if not (previous / "manifest.json").is_file():
         raise UsageError(f"{previous}: not a cdk.out folder (no manifest.json); pass the output of an earlier synth")
@@ -53,7 +62,11 @@ def _day2(config: Config, previous: Path) -> tuple[list[str], list[str]]:
         app.synth()
         after = templates(Path(work))
     notices = [*cold_starts(before, after), *autoscaler_handovers(before, after)]
-    notices += added_network_policies(before, after)  # issue 33
+    notices += [  # issue 33: the policies a deploy adds
+        *added_network_policies(before, after),
+        *added_admission_rules(before, after),
+        *pod_security_changes(before, after),
+    ]
     return [str(c) for c in compare(before, after)], [str(c) for c in notices]
 
 

@@ -11,7 +11,7 @@ annotation the LOB admin writes; kvtier's ClusterPolicy refuses it (kvtier/k8s/l
 role a namespace's TriggerAuthentications may name to this one.
 
 What it reads: the AMP workspaces the LOB's triggers query, and CloudWatch metric reads, which have no resource-level
-permissions (so any LOB's KEDA role reads every CloudWatch metric of the account: docs/security.md row 10).
+permissions (so any LOB's KEDA role reads every CloudWatch metric of the account: docs/security.md row 11).
 """
 
 from __future__ import annotations

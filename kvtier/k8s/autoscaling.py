@@ -14,7 +14,6 @@ The per-replica ones are totals with the `AverageValue` metric type: the HPA div
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kvtier.config import keda
@@ -28,6 +27,7 @@ from kvtier.config.endpoint import (
 )
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.breaks import admission_broken
 from kvtier.k8s.endpoint_names import engine_labels
 from kvtier.k8s.observability import metrics as m
 from kvtier.k8s.observability.rules import SIGNAL_RECORDS
@@ -222,7 +222,7 @@ def aws_trigger_authentication(lob: str, endpoint: str, role_arn: str | None = N
     pkg/scaling/resolver/scale_resolvers.go, pkg/scalers/aws/aws_config_cache.go; kvtier/constructs/keda_access.py).
     Without a role (a KEDA kvtier did not install), the KEDA operator's own credentials."""
     identity: dict[str, Any] = {"provider": "aws"}
-    if role_arn is not None and os.environ.get("KVTIER_ADMISSION_BREAK") != "keda":
+    if role_arn is not None and not admission_broken("keda"):
         identity["roleArn"] = role_arn
     return {
         "apiVersion": KEDA_API,

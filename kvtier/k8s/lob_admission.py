@@ -2,9 +2,13 @@
 (docs/security.md). The LOB's namespaced `Policy` (kyverno_policy.py) is that admin's to delete, so everything that
 keeps one LOB out of another's data is here, cluster-scoped:
 
-- pods in the namespace stay off the node: no privileged container, no host namespace, no hostPath but `/dev/shm`
-  (the operator's pods are reported to mount it; docs/references.md), no inline Curvine CSI volume, and an inline
-  S3 CSI volume only on the LOB's own buckets;
+- pods in the namespace stay off the node: they pass every Pod Security baseline control but one allowance, a hostPath
+  `/dev/shm` (the operator's pods are reported to mount it; docs/references.md), so also where Pod Security only
+  warns (kyverno_conditions.py); no inline Curvine CSI volume, and an inline S3 CSI volume only on the LOB's own
+  buckets;
+- Services in the namespace set no `externalIPs`: kube-proxy would send every node's and pod's traffic for those
+  addresses (a Curvine master's, another LOB's engine's) to the LOB's pods (CVE-2020-8554; EKS does not enable the
+  DenyServiceExternalIPs admission plugin);
 - claims in the namespace name no other LOB's L2 volume; Curvine volumes claimed from the namespace point into the
   LOB's own L2 directory, S3 volumes claimed from it at the LOB's own buckets (the operator creates those from the
   InferenceEndpointConfig);
@@ -23,13 +27,15 @@ Validate only, `Enforce`, admission only, CREATE and UPDATE. Its webhook fails c
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kvtier.config.endpoint import S3Model
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.breaks import admission_broken
 from kvtier.k8s.curvine.names import CSI_DRIVER
+from kvtier.k8s.kyverno_conditions import VOLUMES, any_not_in, non_empty, pod_baseline
+from kvtier.k8s.kyverno_conditions import var as _n
 from kvtier.k8s.kyverno_policy import WEBHOOK_TIMEOUT_S
 from kvtier.k8s.namespace import PSA_MODES, PSA_PREFIX, psa_labels
 from kvtier.naming import l2_lob_path, lob_namespace
@@ -42,11 +48,6 @@ OPERATOR_SUBJECT = {  # the Inference Operator's controller (kvtier/constructs/i
     "namespace": "hyperpod-inference-system",
 }
 IEC_KIND = "inference.sagemaker.aws.amazon.com/v1/InferenceEndpointConfig"
-CONTAINERS = (
-    "[request.object.spec.containers || `[]`, request.object.spec.initContainers || `[]`, "
-    "request.object.spec.ephemeralContainers || `[]`][]"
-)
-VOLUMES = "(request.object.spec.volumes || `[]`)"
 
 
 def guard_name(lob: str) -> str:
@@ -63,15 +64,6 @@ def own_models(lob: LineOfBusiness) -> list[tuple[str, str]]:
     return sorted({(e.model.bucket, e.model.prefix) for e in lob.endpoints if isinstance(e.model, S3Model)})
 
 
-def _n(expr: str) -> str:
-    return f"{{{{ {expr} }}}}"
-
-
-def _count(expr: str) -> dict[str, Any]:
-    """A deny condition: `expr` (a JMESPath list) is not empty."""
-    return {"key": _n(f"length({expr})"), "operator": "GreaterThan", "value": 0}
-
-
 def _rule(name: str, kinds: list[str], message: str, conditions: list[dict[str, Any]], **match: Any) -> dict[str, Any]:
     resources: dict[str, Any] = {"kinds": kinds, "operations": ["CREATE", "UPDATE"], **match}
     return {
@@ -82,24 +74,28 @@ def _rule(name: str, kinds: list[str], message: str, conditions: list[dict[str, 
 
 
 def _pods(lob: str, namespace: str, buckets: list[str]) -> dict[str, Any]:
-    host_paths = f"{VOLUMES}[?hostPath].hostPath.path"
     return _rule(
         "pods-stay-off-the-node",
         ["Pod"],
-        f"{namespace}: no privileged container, host namespace, hostPath other than {ALLOWED_HOST_PATHS}, inline "
-        f"Curvine volume or S3 volume outside LOB {lob}'s buckets (kvtier ClusterPolicy {guard_name(lob)}; "
-        "docs/security.md)",
+        f"{namespace}: a pod must pass the Pod Security baseline level (a hostPath {ALLOWED_HOST_PATHS} excepted) "
+        f"and mount no inline Curvine volume or S3 volume outside LOB {lob}'s buckets (kvtier ClusterPolicy "
+        f"{guard_name(lob)}; docs/security.md)",
         [
-            _count(f"{CONTAINERS} | [?securityContext.privileged == `true`]"),
-            _count("[request.object.spec.hostNetwork, request.object.spec.hostPID, request.object.spec.hostIPC][?@]"),
-            {"key": _n(host_paths), "operator": "AnyNotIn", "value": ALLOWED_HOST_PATHS},
-            _count(f"{VOLUMES}[?csi.driver == '{CSI_DRIVER}']"),
-            {
-                "key": _n(f"{VOLUMES}[?csi.driver == '{S3_CSI_DRIVER}'].csi.volumeAttributes.bucketName"),
-                "operator": "AnyNotIn",
-                "value": buckets,
-            },
+            *pod_baseline(ALLOWED_HOST_PATHS),
+            non_empty(f"{VOLUMES}[?csi.driver == '{CSI_DRIVER}']"),
+            *any_not_in(f"{VOLUMES}[?csi.driver == '{S3_CSI_DRIVER}'].csi.volumeAttributes.bucketName", buckets),
         ],
+        namespaces=[namespace],
+    )
+
+
+def _services(lob: str, namespace: str) -> dict[str, Any]:
+    return _rule(
+        "services-have-no-external-ips",
+        ["Service"],
+        f"{namespace}: a Service may set no externalIPs (they take other pods' traffic: CVE-2020-8554) (kvtier "
+        f"ClusterPolicy {guard_name(lob)})",
+        [non_empty("request.object.spec.externalIPs || `[]`")],
         namespaces=[namespace],
     )
 
@@ -139,14 +135,11 @@ def _volumes(env: str, lob: str, namespace: str, buckets: list[str]) -> dict[str
                 "operator": "Equals",
                 "value": True,
             },
-            {
-                "key": _n(
-                    f"request.object.spec.csi.driver == '{S3_CSI_DRIVER}' && "
-                    "request.object.spec.csi.volumeAttributes.bucketName || ''"
-                ),
-                "operator": "AnyNotIn",
-                "value": [*buckets, ""],
-            },
+            *any_not_in(
+                f"request.object.spec.csi.driver == '{S3_CSI_DRIVER}' && "
+                "request.object.spec.csi.volumeAttributes.bucketName || ''",
+                [*buckets, ""],
+            ),
         ],
     )
     rule["preconditions"] = {
@@ -164,19 +157,12 @@ def _endpoints(lob: LineOfBusiness, namespace: str) -> dict[str, Any]:
         f"{namespace}: an InferenceEndpointConfig may read only LOB {lob.name}'s S3 models {pairs or '(none)'} and "
         f"mount no hostPath but {ALLOWED_HOST_PATHS} (kvtier ClusterPolicy {guard_name(lob.name)})",
         [
-            {
-                "key": _n(
-                    f"{source}.modelSourceType == 's3' && join('/', [{source}.s3Storage.bucketName || '', "
-                    f"{source}.modelLocation || '']) || ''"
-                ),
-                "operator": "AnyNotIn",
-                "value": [*pairs, ""],
-            },
-            {
-                "key": _n("request.object.spec.kubernetes.volumes[?hostPath].hostPath.path || `[]`"),
-                "operator": "AnyNotIn",
-                "value": ALLOWED_HOST_PATHS,
-            },
+            *any_not_in(
+                f"{source}.modelSourceType == 's3' && join('/', [{source}.s3Storage.bucketName || '', "
+                f"{source}.modelLocation || '']) || ''",
+                [*pairs, ""],
+            ),
+            *any_not_in("request.object.spec.kubernetes.volumes[?hostPath].hostPath.path || `[]`", ALLOWED_HOST_PATHS),
         ],
         namespaces=[namespace],
     )
@@ -191,14 +177,10 @@ def _keda(lob: str, namespace: str, role_arn: str) -> list[dict[str, Any]]:
         f"no identityOwner, awsRoleArn parameter or awsSecretManager (kvtier ClusterPolicy {guard_name(lob)})",
         [
             {"key": _n(f"{identity}.provider || ''"), "operator": "Equals", "value": "aws-eks"},
-            {
-                "key": _n(f"{identity}.provider == 'aws' && ({identity}.roleArn || 'none') || ''"),
-                "operator": "AnyNotIn",
-                "value": [role_arn, ""],
-            },
+            *any_not_in(f"{identity}.provider == 'aws' && ({identity}.roleArn || 'none') || ''", [role_arn, ""]),
             {"key": _n(f"{identity}.identityOwner || ''"), "operator": "NotEquals", "value": ""},
             {"key": _n("contains(to_string(request.object.spec), 'awsRoleArn')"), "operator": "Equals", "value": True},
-            _count("[request.object.spec.awsSecretManager][?@]"),
+            non_empty("[request.object.spec.awsSecretManager][?@]"),
         ],
         namespaces=[namespace],
     )
@@ -209,8 +191,8 @@ def _keda(lob: str, namespace: str, role_arn: str) -> list[dict[str, Any]]:
         f"{namespace}: triggers may use no ClusterTriggerAuthentication and no identityOwner: operator (KEDA's own "
         f"identity) (kvtier ClusterPolicy {guard_name(lob)})",
         [
-            _count(f"{triggers}[?authenticationRef.kind == 'ClusterTriggerAuthentication']"),
-            _count(f"{triggers}[?metadata.identityOwner == 'operator']"),
+            non_empty(f"{triggers}[?authenticationRef.kind == 'ClusterTriggerAuthentication']"),
+            non_empty(f"{triggers}[?metadata.identityOwner == 'operator']"),
         ],
         namespaces=[namespace],
     )
@@ -253,6 +235,7 @@ def lob_guard(
     buckets = sorted({bucket for bucket, _ in own_models(lob)})
     rules = [
         _pods(lob.name, namespace, buckets),
+        _services(lob.name, namespace),
         _claims(env, lob.name, namespace),
         _volumes(env, lob.name, namespace, buckets),
         _labels(lob.name, namespace, operator_pods),
@@ -288,7 +271,7 @@ def lob_guard(
 
 def add_lob_guard(chart: KvtierChart, env: str, lob: LineOfBusiness, **options: Any) -> bool:
     """Adds the guard (False under KVTIER_ADMISSION_BREAK=guard, which restores the old manifests)."""
-    if os.environ.get("KVTIER_ADMISSION_BREAK") == "guard":
+    if admission_broken("guard"):
         return False
     api_object(chart, "lob-guard", lob_guard(env, lob, **options))
     return True

@@ -12,10 +12,10 @@ Admission": the default level is privileged, and EKS sets no cluster-wide defaul
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.breaks import admission_broken
 from kvtier.naming import lob_namespace
 
 LOB_LABEL = "kvtier.io/line-of-business"
@@ -25,7 +25,7 @@ PSA_MODES = ("enforce", "warn", "audit")
 
 def psa_labels(*, operator_pods: bool) -> dict[str, str]:
     """The namespace's Pod Security Admission labels (module doc)."""
-    if os.environ.get("KVTIER_ADMISSION_BREAK") == "psa":  # the old namespace: no label, so privileged
+    if admission_broken("psa"):  # the old namespace: no label, so privileged
         return {}
     if operator_pods:
         return {f"{PSA_PREFIX}warn": "baseline", f"{PSA_PREFIX}audit": "baseline"}

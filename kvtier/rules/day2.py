@@ -12,7 +12,8 @@ Refused unless `--allow-replacement`:
   and EKS allows one entry per principal, so the create fails with 409 and the stack rolls back (issue 37). The fix
   names the `eks.index_keyed_admins` list that keeps the deployed ids.
 
-Reported, never refused: a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
+Reported, never refused: what issue 33 adds to a running environment, per stack: NetworkPolicies, Kyverno admission
+rules and changed Pod Security labels (each starts refusing traffic or objects at the apply); a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
 may scale it to one pod once before KEDA's autoscaler takes over; Kubernetes "Migrating Deployments and StatefulSets
 to horizontal autoscaling", docs/references.md "Issue 27 (part A)"); an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
 image and its LMCache, ...: kvtier/connectors/). Its pods move to a new, empty L2 directory, so its L2 starts cold;
@@ -288,7 +289,7 @@ def _why(old: dict[str, Any], new: dict[str, Any]) -> str:
     return ", ".join(parts) or "its identity changed"
 
 
-# ---- Issue 33: NetworkPolicies a deploy adds ------------------------------------------------------------------------
+# ---- Issue 33: the policies a deploy adds ---------------------------------------------------------------------------
 
 
 def added_network_policies(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
@@ -310,3 +311,65 @@ def added_network_policies(before: dict[str, dict[str, Any]], after: dict[str, d
                 )
             )
     return changes
+
+
+KYVERNO_KINDS = ("ClusterPolicy", "Policy")
+PSA_LABEL = "pod-security.kubernetes.io/"
+
+
+def _rules(template: dict[str, Any]) -> set[str]:
+    """`<policy>/<rule>` of every Kyverno rule the template applies (a namespaced policy's as `<ns>/<policy>/<rule>`)."""
+    found: set[str] = set()
+    for kind in KYVERNO_KINDS:
+        for (namespace, name), policy in _objects(template, kind).items():
+            prefix = f"{namespace}/{name}" if namespace else name
+            found |= {f"{prefix}/{rule.get('name', '')}" for rule in policy.get("spec", {}).get("rules", [])}
+    return found
+
+
+def added_admission_rules(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    """Per stack, the Kyverno rules the apply adds (a notice, not a refusal): from then on the API server refuses
+    what they refuse, so an object of yours they refuse is not created again (a running pod keeps running until it
+    is replaced; its next pod is refused)."""
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        old = _rules(before[stack])
+        added = sorted(_rules(after[stack]) - old)
+        if added:
+            changes.append(
+                Change(
+                    stack,
+                    "admission rules added",
+                    len(old),
+                    added,
+                    "from the apply on, the objects they refuse (pods, claims, volumes, Services, endpoint configs, "
+                    "TriggerAuthentications) are refused, with the rule's message; running pods are not evicted, "
+                    'but their replacements are checked (docs/security.md "Assets")',
+                )
+            )
+    return changes
+
+
+def pod_security_changes(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
+    """Per namespace, Pod Security labels the apply adds or changes (a notice): a pod that fails the new `enforce`
+    level is refused from then on; running pods are not evicted."""
+    changes: list[Change] = []
+    for stack in sorted(set(before) & set(after)):
+        old = {name: _psa(ns) for (_, name), ns in _objects(before[stack], "Namespace").items()}
+        for (_, name), namespace in sorted(_objects(after[stack], "Namespace").items()):
+            new = _psa(namespace)
+            if name in old and new != old[name]:
+                why = "pods that fail the new levels are warned about and audited, not refused"
+                if new.get("enforce") not in (None, old[name].get("enforce")):
+                    why = (
+                        f"a pod that fails {new['enforce']} is refused from the apply on (running pods are not "
+                        f"evicted); `kubectl label --dry-run=server --overwrite ns {name} "
+                        f"{PSA_LABEL}enforce={new['enforce']}` lists the running pods that would fail"
+                    )
+                changes.append(Change(stack, f"namespace {name} Pod Security labels", old[name], new, why))
+    return changes
+
+
+def _psa(namespace: dict[str, Any]) -> dict[str, str]:
+    labels = namespace.get("metadata", {}).get("labels") or {}
+    return {k.removeprefix(PSA_LABEL): v for k, v in sorted(labels.items()) if k.startswith(PSA_LABEL)}

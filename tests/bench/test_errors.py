@@ -274,6 +274,20 @@ def test_compare_escapes_control_characters_in_a_label(tmp_path: Path, capsys: p
     assert f"A = {a} (shared-prefix, red\\x1b[31m\\nlabel)" in " ".join(out.split())  # shown, escaped
 
 
+def test_a_runs_own_summary_escapes_control_characters_in_its_label() -> None:
+    """The run's terminal summary and summary.md printed a label's (and a --salt's) bytes raw, where compare escapes
+    them: a label holding "\x1b[31m" recoloured the terminal, and `cat summary.md` did the same later."""
+    from kvtier.bench.report import markdown
+    from kvtier.bench.terminal import summary_lines
+
+    result = _result({"shared-prefix": [100.0]}, "red\x1b[31m\nlabel")
+    shown = "\n".join(summary_lines(result))
+    assert "\x1b" not in shown and "red\\x1b[31m\\nlabel" in shown
+    written = markdown(result)  # the helper gives the run this label as its salt too
+    assert "\x1b" not in written
+    assert written.splitlines()[0] == "# kvtier bench: shared-prefix (red\\x1b[31m\\nlabel)"
+
+
 def test_compare_reads_its_own_sweep_results(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     row = {"length": 500, "cold_ttft_ms": 300.0, "reused_ttft_ms": 100.0, "speedup": 3.0, "prompt_tokens": None}
     a = _written(tmp_path, lambda d: d.update(workload="sweep", details={"sweep": [row], "same_url": True}))

@@ -11,7 +11,7 @@ import pytest
 from kvtier.bench.testserver import free_port
 from kvtier.cli import main
 from kvtier.trace import Trace, TraceError, TraceRequest, load_trace, parse_trace
-from tests.support import CONFIG_DIR, shared_path
+from tests.support import CONFIG_DIR, SAMPLE_TRACE
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
 
@@ -75,9 +75,8 @@ def test_unreadable_files_are_trace_errors(tmp_path: Path) -> None:
         load_trace(latin)
 
 
-@pytest.mark.shared
 def test_the_public_mooncake_trace_loads_whole() -> None:
-    path = shared_path("data/traces/mooncake_synthetic_trace.jsonl")
+    path = SAMPLE_TRACE  # the public trace, unchanged (tests/test_docs.py)
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     trace = load_trace(path)
     assert len(trace) == len(rows) == 3993

@@ -7,7 +7,9 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -34,6 +36,27 @@ def test_a_gzip_trace_says_to_decompress_it(tmp_path: Path) -> None:
         f"{path}: gzip-compressed, not JSONL text; decompress it first (`gunzip -k {path}`) or pass "
         f"`--trace <(zcat {path})`"
     )
+
+
+@pytest.mark.parametrize("name", ["t.jsonl.gz", "t.jsonl", "my trace.jsonl"])
+def test_the_decompress_commands_a_gzip_trace_is_given_work(tmp_path: Path, name: str) -> None:
+    """Both commands of the message, run by bash as written, give a trace that loads. gunzip refuses a name without
+    .gz ("unknown suffix"): the old message offered `gunzip -k t.jsonl` for a gzip file saved as t.jsonl."""
+    path = tmp_path / name
+    path.write_bytes(gzip.compress((LINE + "\n").encode() * 2))
+    with pytest.raises(TraceError) as err:
+        load_trace(path)
+    first, substitution = re.findall(r"`([^`]+)`", str(err.value))
+    subprocess.run(["bash", "-c", first], cwd=tmp_path, check=True, timeout=30)
+    plain = next(p for p in tmp_path.iterdir() if p.read_bytes().startswith(b"{"))
+    assert len(load_trace(plain)) == 2
+    assert substitution.startswith("--trace ")
+    loaded = subprocess.run(
+        ["bash", "-c", f"{sys.executable} -c 'import sys, pathlib; from kvtier.trace import load_trace; "
+                       f"print(len(load_trace(pathlib.Path(sys.argv[1]))))' {substitution.removeprefix('--trace ')}"],
+        cwd=tmp_path, capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    assert loaded.stdout.strip() == "2"
 
 
 def test_a_named_pipe_nobody_writes_to_is_refused_after_a_bounded_wait(

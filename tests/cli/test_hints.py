@@ -46,6 +46,30 @@ CASES = [
         "kvtier bench shared-prefix",
         "--base-url http://127.0.0.1:9; --base-url is vllm bench serve's name; kvtier bench shared-prefix calls it --url",
     ),
+    # An option where the workload's name belongs: argparse took its value for the workload ("invalid choice: '5'").
+    (
+        ["bench", "--request-rate", "5"],
+        "kvtier bench",
+        "--request-rate 5; --request-rate is vllm bench serve's name; kvtier calls it --qps, in bench shared-prefix and "
+        "bench trace",
+    ),
+    (
+        ["bench", "--base-url", "http://127.0.0.1:9"],
+        "kvtier bench",
+        "--base-url http://127.0.0.1:9; --base-url is vllm bench serve's name; kvtier calls it --url, in bench "
+        "shared-prefix and bench trace",
+    ),
+    (
+        ["bench", "--qps", "2", "trace", "--url", "http://127.0.0.1:9", "--trace", "t.jsonl"],
+        "kvtier bench",
+        "--qps 2; --qps is an option of bench shared-prefix and bench trace: give it after the sub-command's name",
+    ),
+    (
+        ["--request-rate", "5", "bench"],
+        "kvtier",
+        "--request-rate 5; --request-rate is vllm bench serve's name; kvtier calls it --qps, in bench shared-prefix and "
+        "bench trace",
+    ),
 ]  # fmt: skip
 
 
@@ -73,3 +97,25 @@ def test_with_json_the_hint_is_the_message() -> None:
     assert message == (
         "kvtier validate: error: unrecognized arguments: dev; the environment is an option: kvtier validate -e dev"
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "last"),
+    [
+        (["bench", "swep"], 2, "kvtier bench: error: argument WORKLOAD: invalid choice: 'swep' (choose from 'sweep', "
+                               "'multiturn', 'shared-prefix', 'trace', 'compare')"),
+        (["bench"], 2, "kvtier bench: error: the following arguments are required: WORKLOAD"),
+        (["bench", "--help"], 0, "  -h, --help     show this help message and exit"),
+        (["--version"], 0, None),
+    ],
+)  # fmt: skip
+def test_what_comes_before_a_sub_command_is_otherwise_argparse_s(
+    argv: list[str], code: int, last: str | None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt workload, a missing one, and the options the parsers do take keep argparse's own answers."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == code
+    captured = capsys.readouterr()
+    if last is not None:
+        assert (captured.err or captured.out).splitlines()[-1] == last

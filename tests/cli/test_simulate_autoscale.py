@@ -11,9 +11,8 @@ import pytest
 
 from kvtier.cli import main
 from kvtier.simulate.elastic import STARTUP_S, TARGET_INFLIGHT
-from tests.support import CONFIG_DIR, ROOT
+from tests.support import CONFIG_DIR, SAMPLE_TRACE
 
-SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
 ENDPOINT = ["--lob", "retail", "--endpoint", "qwen3-8b"]
 
 
@@ -24,7 +23,7 @@ def simulate(*args: str, config_dir: Path = CONFIG_DIR) -> int:
 def test_sample_trace_prints_the_table_and_writes_the_figure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = simulate("--trace", str(SAMPLE), "--autoscale", "--min-replicas", "1", "2", "--out", str(tmp_path))
+    code = simulate("--trace", str(SAMPLE_TRACE), "--autoscale", "--min-replicas", "1", "2", "--out", str(tmp_path))
     out = capsys.readouterr().out
     assert code == 0, out
     lines = out.splitlines()
@@ -40,7 +39,7 @@ def test_sample_trace_prints_the_table_and_writes_the_figure(
 
 def test_json_policy_defaults_and_l2_off_means_no_l2(capsys: pytest.CaptureFixture[str]) -> None:
     # The dev endpoint has no autoscaling section: the section's own defaults (min 1, max 5, 30 s, 300 s).
-    code = simulate("--trace", str(SAMPLE), "--autoscale", "--no-plots", "--json")
+    code = simulate("--trace", str(SAMPLE_TRACE), "--autoscale", "--no-plots", "--json")
     data = json.loads(capsys.readouterr().out)
     assert code == 0
     assert data["routing"] == "prefixaware"
@@ -55,7 +54,7 @@ def test_json_policy_defaults_and_l2_off_means_no_l2(capsys: pytest.CaptureFixtu
         "startup_s": STARTUP_S,
     }
     assert off["hit_rates"]["l2_same"] == off["hit_rates"]["l2_other"] == 0.0
-    assert on["served"] == off["served"] == 329  # 171 of 500 are longer than max_model_len
+    assert on["served"] == off["served"] == 2406  # 1,587 of 3,993 are longer than max_model_len
     assert on["timeline"][0] == {"t_s": 0.0, "ready": 1, "holding": 1}
 
 
@@ -71,7 +70,7 @@ def test_the_endpoint_autoscaling_section_sets_the_defaults(
         )
     )
     code = simulate(
-        "--trace", str(SAMPLE), "--autoscale", "--startup-s", "60", "--no-plots", "--json", config_dir=config_copy
+        "--trace", str(SAMPLE_TRACE), "--autoscale", "--startup-s", "60", "--no-plots", "--json", config_dir=config_copy
     )
     captured = capsys.readouterr()
     assert code == 0, captured.err
@@ -85,7 +84,10 @@ def test_the_endpoint_autoscaling_section_sets_the_defaults(
     [
         (["--autoscale", "--min-replicas", "4", "--max-replicas", "2"], "--max-replicas 2 is below --min-replicas 4"),
         (["--autoscale", "--startup-s", "-5"], "--startup-s -5.0 is negative"),
-        (["--autoscale", "--polling-s", "600"], "the trace spans 139.272 s, shorter than one polling interval (600 s)"),
+        (
+            ["--autoscale", "--polling-s", "1200"],
+            "the trace spans 1022.02 s, shorter than one polling interval (1200 s)",
+        ),
         (["--autoscale", "--limit", "1"], "the trace spans 0 s, shorter than one polling interval (30 s)"),
         (["--min-replicas", "2"], "--min-replicas is an autoscaling setting; add --autoscale"),
         (["--autoscale", "--replicas", "2"], "--replicas and --autoscale exclude each other"),
@@ -97,7 +99,7 @@ def test_the_endpoint_autoscaling_section_sets_the_defaults(
 def test_bad_input_is_one_line_and_exit_2(
     args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code = simulate("--trace", str(SAMPLE), "--no-plots", *args)
+    code = simulate("--trace", str(SAMPLE_TRACE), "--no-plots", *args)
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert len(err.splitlines()) == 1, err
@@ -122,6 +124,6 @@ def test_a_standalone_endpoint_replays_its_routers_cache_aware_under_autoscaling
         return real(units, model, sim, plan, tp)
 
     monkeypatch.setattr(elastic, "simulate_elastic", spy)
-    args = ["simulate", "-e", "prod", "--lob", "support", "--endpoint", "llama31-8b", "--trace", str(SAMPLE)]
+    args = ["simulate", "-e", "prod", "--lob", "support", "--endpoint", "llama31-8b", "--trace", str(SAMPLE_TRACE)]
     assert main([*args, "--autoscale", "--no-plots", "--json", "--routing", "prefixaware"]) == 0, capsys.readouterr()
     assert seen and all(knobs == ROUTER_DEFAULT_KNOBS for knobs in seen)

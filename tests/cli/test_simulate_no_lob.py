@@ -7,15 +7,13 @@ from pathlib import Path
 import pytest
 
 from kvtier.cli import main as cli
-from tests.support import ROOT
-
-TRACE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
+from tests.support import SAMPLE_TRACE
 
 
 def test_an_environment_without_lobs_names_its_lobs_list(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = config_copy / "environments" / "dev.yaml"
     env.write_text(env.read_text().replace("lobs: [retail]", "lobs: []"))
-    code = cli(["simulate", "--config-dir", str(config_copy), "--trace", str(TRACE), "--no-plots"])
+    code = cli(["simulate", "--config-dir", str(config_copy), "--trace", str(SAMPLE_TRACE), "--no-plots"])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err == (

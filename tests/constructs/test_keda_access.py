@@ -69,7 +69,7 @@ def test_the_lob_role_trusts_kedas_service_account_and_reads_only_its_workspace(
     statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
     assert str(statements["QueryOwnWorkspaces"]["Resource"]).count("workspace/") == 1
     assert WORKSPACE in str(statements["QueryOwnWorkspaces"]["Resource"])
-    assert statements["ReadCloudWatchMetrics"]["Resource"] == "*"  # no resource-level permissions: open (row 10)
+    assert statements["ReadCloudWatchMetrics"]["Resource"] == "*"  # no resource-level permissions: open (row 11)
 
 
 def test_aws_triggers_sign_as_the_lob(guard: dict[str, Any]) -> None:

@@ -1,7 +1,7 @@
 """Each LOB's Kyverno ClusterPolicy guard (kvtier/k8s/lob_admission.py): valid against Kyverno's ClusterPolicy CRD,
-and hostile cases through the same EMULATION the L2 Policy's tests use (tests/k8s/test_kyverno_policy.py: Kyverno
-variables substituted with JMESPath, deny conditions evaluated), extended with the operators this policy uses
-(GreaterThan, AnyNotIn) and with `match` (kinds, namespaces, names, operations) and `exclude` subjects.
+and hostile cases through an EMULATION of Kyverno 1.19 (tests/k8s/kyverno_emulation.py: its JMESPath fork's failures
+on missing keys, its operators' wildcards, a rule error refusing the request) with `match` (kinds, namespaces,
+names, operations) and `exclude` subjects here. No Kyverno runs offline (docs/security.md).
 
 The hostile principal is LOB `support`'s namespace admin; the victim is LOB `retail` (docs/security.md). The guard
 of `support` must refuse every `support` object that names `retail`'s bucket, prefix, PV or L2 directory, and let
@@ -12,26 +12,29 @@ fails then, and so do the hostile cases (nothing refuses them).
 from __future__ import annotations
 
 import copy
-import os
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from kvtier.config.endpoint import S3Model
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
+from kvtier.k8s.breaks import admission_broken
 from kvtier.k8s.lob_admission import OPERATOR_SUBJECT, guard_name, lob_guard
 from kvtier.k8s.namespace import lob_namespace_object
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.rules import load_checked
-from tests.k8s.test_kyverno_policy import substitute
+from tests.k8s.kyverno_emulation import UnresolvedError, holds
+from tests.k8s.pod_security import violations
 from tests.support import CONFIG_DIR, Synth, shared_path
 from tests.validation import crd_errors
 
 ENV = "prod"
 ROLE = "arn:aws:iam::111122223333:role/kvtier-prod-support-keda"
 VICTIM_ROLE = "arn:aws:iam::111122223333:role/kvtier-prod-retail-keda"
-BROKEN = os.environ.get("KVTIER_ADMISSION_BREAK") == "guard"
+BROKEN = admission_broken("guard")
 
 
 @pytest.fixture(scope="module")
@@ -66,20 +69,6 @@ def guard(support: LineOfBusiness) -> dict[str, Any] | None:
 # ---- The emulation ------------------------------------------------------------------------------------------------
 
 
-def _holds(condition: dict[str, Any], ctx: dict[str, Any]) -> bool:
-    key, value, op = substitute(condition["key"], ctx), substitute(condition["value"], ctx), condition["operator"]
-    if op == "Equals":
-        return bool(key == value)
-    if op == "NotEquals":
-        return bool(key != value)
-    if op == "GreaterThan":
-        return bool(key > value)
-    if op == "AnyNotIn":  # Kyverno: a scalar key is a one-element list; an empty list has no element outside
-        keys = key if isinstance(key, list) else [key]
-        return any(k not in value for k in keys)
-    raise AssertionError(f"the emulation does not know operator {op}")
-
-
 def _kind_matches(kinds: list[str], obj: dict[str, Any]) -> bool:
     group_version = obj["apiVersion"]
     return any(k == obj["kind"] or k == f"{group_version}/{obj['kind']}" for k in kinds)
@@ -112,15 +101,19 @@ def admit(
     user = user or {"username": "kubernetes-admin"}
     request = {"object": obj, "operation": operation, "namespace": obj["metadata"].get("namespace", "")}
     ctx = {"request": request}
+    assert policy["spec"]["webhookConfiguration"]["failurePolicy"] == "Fail"  # a rule error refuses the request
     for rule in policy["spec"]["rules"]:
         if not _matches(rule["match"], obj, operation, user):
             continue
         if "exclude" in rule and _matches(rule["exclude"], obj, operation, user):
             continue
-        if not all(_holds(c, ctx) for c in rule.get("preconditions", {}).get("all", [])):
-            continue
-        if any(_holds(c, ctx) for c in rule["validate"]["deny"]["conditions"]["any"]):
-            return str(rule["validate"]["message"])
+        try:
+            if not all(holds(c, ctx) for c in rule.get("preconditions", {}).get("all", [])):
+                continue
+            if any(holds(c, ctx) for c in rule["validate"]["deny"]["conditions"]["any"]):
+                return str(rule["validate"]["message"])
+        except UnresolvedError as error:
+            return f"rule {rule['name']} failed: {error}"
     return None
 
 
@@ -139,7 +132,7 @@ def test_guard_validates_against_the_kyverno_crd(support: LineOfBusiness) -> Non
     # Kinds the cluster may not have are left out (Kyverno refuses a rule on an unknown kind).
     bare = lob_guard(ENV, support, operator_pods=False, inference_operator=False, keda_role_arn=None)
     kinds = {k for r in bare["spec"]["rules"] for k in r["match"]["any"][0]["resources"]["kinds"]}
-    assert kinds == {"Pod", "PersistentVolumeClaim", "PersistentVolume", "Namespace"}
+    assert kinds == {"Pod", "Service", "PersistentVolumeClaim", "PersistentVolume", "Namespace"}
 
 
 def test_the_lob_stack_applies_its_guard(prod: Synth) -> None:
@@ -218,6 +211,132 @@ def test_a_pod_cannot_mount_another_lobs_data(guard: dict[str, Any] | None, volu
 def test_a_pod_cannot_reach_the_node(guard: dict[str, Any] | None, spec: dict[str, Any]) -> None:
     """Also in operator namespaces, where Pod Security only warns."""
     _refused(guard, _pod(**spec))
+
+
+@pytest.mark.parametrize(
+    "container",
+    [
+        {"securityContext": {"capabilities": {"add": ["SYS_MODULE"]}}},  # loads a kernel module: root on the node
+        {"securityContext": {"capabilities": {"add": ["DAC_READ_SEARCH"]}}},  # opens host files by handle
+        {"securityContext": {"procMount": "Unmasked"}},
+        {"livenessProbe": {"tcpSocket": {"host": "10.0.3.7", "port": 8995}}},  # the kubelet dials from the node
+        {"lifecycle": {"preStop": {"httpGet": {"host": "10.0.3.7", "port": 8997}}}},
+        {"ports": [{"containerPort": 9002, "hostPort": 9002}]},  # the FUSE pod's web port on the node
+        {"securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+        {"securityContext": {"seLinuxOptions": {"type": "spc_t"}}},
+        {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}},
+        {"securityContext": {"windowsOptions": {"hostProcess": True}}},
+    ],
+    ids=[
+        "SYS_MODULE",
+        "DAC_READ_SEARCH",
+        "procMount",
+        "probe-host",
+        "lifecycle-host",
+        "hostPort",
+        "seccomp",
+        "selinux",
+        "apparmor",
+        "hostProcess",
+    ],
+)
+def test_a_pod_passes_baseline_where_pod_security_only_warns(
+    guard: dict[str, Any] | None, container: dict[str, Any]
+) -> None:
+    """support has operator endpoints, so its namespace only warns at baseline: the guard refuses the rest of
+    baseline itself (kvtier/k8s/kyverno_conditions.py)."""
+    _refused(guard, _pod(containers=[{"name": "c", "image": "busybox", **container}]))
+    _refused(guard, _pod(securityContext={"sysctls": [{"name": "kernel.core_pattern", "value": "|/x"}]}))
+
+
+# Each baseline control, a value it allows and one it refuses (tests/k8s/pod_security.py); the guard must agree with
+# that checker on any mix of them, a hostPath /dev/shm excepted.
+CONTAINER_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "securityContext": st.fixed_dictionaries(
+        {},
+        optional={
+            "privileged": st.booleans(),
+            "capabilities": st.fixed_dictionaries(
+                {"add": st.lists(st.sampled_from(["CHOWN", "NET_BIND_SERVICE", "SYS_ADMIN", "NET_RAW", "BPF"]))}
+            ),
+            "procMount": st.sampled_from(["Default", "Unmasked"]),
+            "seccompProfile": st.fixed_dictionaries({"type": st.sampled_from(["RuntimeDefault", "Unconfined"])}),
+            "seLinuxOptions": st.sampled_from([{"type": "container_t"}, {"type": "spc_t"}, {"user": "root"}, {}]),
+            "appArmorProfile": st.fixed_dictionaries({"type": st.sampled_from(["RuntimeDefault", "Unconfined"])}),
+            "windowsOptions": st.fixed_dictionaries({"hostProcess": st.booleans()}),
+        },
+    ),
+    "ports": st.lists(
+        st.fixed_dictionaries({"containerPort": st.just(80)}, optional={"hostPort": st.sampled_from([0, 80])})
+    ),
+    "readinessProbe": st.sampled_from([{"tcpSocket": {"port": 80}}, {"tcpSocket": {"port": 80, "host": "10.0.0.1"}}]),
+    "lifecycle": st.sampled_from([{"postStart": {"httpGet": {"port": 80, "host": "h"}}}, {"preStop": {"exec": {}}}]),
+}
+CONTAINER = st.fixed_dictionaries({"name": st.just("c"), "image": st.just("x")}, optional=CONTAINER_FIELDS)
+POD_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "initContainers": st.lists(CONTAINER, max_size=1),
+    "hostNetwork": st.booleans(),
+    "hostPID": st.booleans(),
+    "volumes": st.lists(
+        st.sampled_from(
+            [
+                {"name": "shm", "hostPath": {"path": "/dev/shm"}},
+                {"name": "root", "hostPath": {"path": "/"}},
+                {"name": "e", "emptyDir": {}},
+            ]
+        ),
+        unique_by=lambda v: str(v["name"]),
+    ),
+    "securityContext": st.fixed_dictionaries(
+        {},
+        optional={
+            "sysctls": st.lists(st.sampled_from([{"name": "net.ipv4.tcp_syncookies"}, {"name": "kernel.msgmax"}])),
+            "seccompProfile": st.fixed_dictionaries({"type": st.sampled_from(["RuntimeDefault", "Unconfined"])}),
+        },
+    ),
+}
+POD_SPEC = st.fixed_dictionaries({"containers": st.lists(CONTAINER, min_size=1, max_size=2)}, optional=POD_FIELDS)
+
+
+@settings(deadline=None, max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(spec=POD_SPEC)
+def test_the_guard_is_baseline_but_for_shared_memory(guard: dict[str, Any] | None, spec: dict[str, Any]) -> None:
+    """Two encodings of the same standard, held to each other: the guard's JMESPath conditions and the Pod Security
+    checker of the tests (each cited to its upstream check)."""
+    failing = [line for line in violations(spec, "baseline") if not line.startswith("HostPath")]
+    failing += [f"hostPath {v['hostPath']['path']}" for v in spec.get("volumes", []) if v["name"] == "root"]
+    refused = admit(guard, {**_pod(), "spec": spec}) is not None
+    assert refused == bool(failing), failing
+
+
+def test_a_service_cannot_take_other_pods_traffic(guard: dict[str, Any] | None) -> None:
+    """externalIPs would make kube-proxy on every node send traffic for a Curvine master's address to this LOB."""
+    service: dict[str, Any] = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "mitm", "namespace": "kvtier-support"},
+        "spec": {"selector": {"app": "x"}, "ports": [{"port": 8995}], "externalIPs": ["10.0.3.40"]},
+    }
+    _refused(guard, service)
+    _refused(guard, service, "UPDATE")
+    del service["spec"]["externalIPs"]
+    assert admit(guard, service) is None
+
+
+def test_a_wildcard_opens_nothing(guard: dict[str, Any] | None, config: Config, support: LineOfBusiness) -> None:
+    """Kyverno's AnyNotIn matches `*` and `?` in both directions, so without its own condition a key `*` would pass
+    every allow-list of the guard (tests/k8s/kyverno_emulation.py)."""
+    _refused(guard, _pod(volumes=[{"name": "shm", "hostPath": {"path": "/dev/sh?"}}]))
+    _refused(guard, _pod(containers=[{"name": "c", "securityContext": {"capabilities": {"add": ["*"]}}}]))
+    _refused(guard, _iec(config, _with_s3(support, "models-shared", "*")))
+    for role in ("*", "arn:aws:iam::111122223333:role/kvtier-prod-*-keda"):
+        auth = {
+            "apiVersion": "keda.sh/v1alpha1",
+            "kind": "TriggerAuthentication",
+            "metadata": {"name": "a", "namespace": "kvtier-support"},
+            "spec": {"podIdentity": {"provider": "aws", "roleArn": role}},
+        }
+        _refused(guard, auth)
 
 
 def test_the_operators_shared_memory_and_own_buckets_pass(guard: dict[str, Any] | None) -> None:

@@ -38,9 +38,9 @@ def test_every_kvtier_pod_passes_what_its_namespace_enforces(env: str, request: 
         assert enforce == (None if operator else "baseline"), (stack.namespace, labels)
         assert labels.get(f"{PSA_PREFIX}warn") == ("baseline" if operator else "restricted")
         assert labels.get(f"{PSA_PREFIX}audit") == labels.get(f"{PSA_PREFIX}warn")
-        for name, spec in pod_specs(objects):
+        for name, spec, pod_annotations in pod_specs(objects):
             # Every kvtier pod passes baseline, in operator namespaces too (where only the operator's are unknown).
-            assert violations(spec, "baseline") == [], f"{stack.namespace} {name}"
+            assert violations(spec, "baseline", pod_annotations) == [], f"{stack.namespace} {name}"
             checked += 1
     assert checked >= len(lobs)  # at least each LOB's janitor
 
@@ -49,8 +49,8 @@ def test_which_kvtier_pods_pass_restricted(prod: Synth) -> None:
     """Why the enforced level is baseline, not restricted: the vLLM engine runs as root (its image's user)."""
     failing: dict[str, list[str]] = {}
     for _, _, objects in _lob_namespaces(prod):
-        for name, spec in pod_specs(objects):
-            if found := violations(spec, "restricted"):
+        for name, spec, pod_annotations in pod_specs(objects):
+            if found := violations(spec, "restricted", pod_annotations):
                 failing[name.split("/")[0] + "/" + name.split("/")[1]] = found
     engines = {name for name in failing if name.startswith("Deployment/") and "router" not in name}
     assert engines and failing == {n: failing[n] for n in engines}, failing  # routers, janitors, benchmarks pass
@@ -73,6 +73,13 @@ def _pod(**spec: Any) -> dict[str, Any]:
         (_pod(containers=[{"name": "c", "securityContext": {"procMount": "Unmasked"}}]), "/proc Mount"),
         (_pod(securityContext={"seccompProfile": {"type": "Unconfined"}}), "Seccomp"),
         (_pod(securityContext={"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}), "Sysctls"),
+        # The kubelet sends a probe with a host from the node's address, which Curvine's fence admits (1.34+).
+        (_pod(containers=[{"name": "c", "livenessProbe": {"tcpSocket": {"host": "10.0.3.7", "port": 8995}}}]), "host"),
+        (
+            _pod(containers=[{"name": "c", "lifecycle": {"preStop": {"httpGet": {"host": "10.0.3.7", "port": 9000}}}}]),
+            "host",
+        ),
+        (_pod(containers=[{"name": "c", "securityContext": {"appArmorProfile": {"type": "Unconfined"}}}]), "AppArmor"),
     ],
 )
 def test_the_checker_refuses_what_reaches_the_pool_or_the_node(spec: dict[str, Any], control: str) -> None:
@@ -80,3 +87,23 @@ def test_the_checker_refuses_what_reaches_the_pool_or_the_node(spec: dict[str, A
     found = violations(spec, "baseline")
     assert found and all(control in line for line in found), found
     assert violations(_pod(), "baseline") == []
+
+
+def test_the_checker_reads_the_apparmor_annotations() -> None:
+    """check_appArmorProfile also reads the pod's beta annotations: only runtime/default, localhost/* or empty."""
+    key = "container.apparmor.security.beta.kubernetes.io/c"
+    assert violations(_pod(), "baseline", {key: "unconfined"}) == [
+        f"AppArmor: annotation {key}='unconfined' must be runtime/default or localhost/*"
+    ]
+    for allowed in ("runtime/default", "localhost/kvtier", ""):
+        assert violations(_pod(), "baseline", {key: allowed}) == []
+
+
+def test_restricted_refuses_a_pod_level_run_as_root() -> None:
+    """check_runAsNonRoot: a pod that sets runAsNonRoot: false fails even when every container sets true; with
+    hostUsers: false (a user namespace) neither runAsNonRoot nor runAsUser applies."""
+    root = {"name": "c", "securityContext": {"runAsNonRoot": True}}
+    found = violations(_pod(containers=[root], securityContext={"runAsNonRoot": False}), "restricted")
+    assert "Running as Non-root: the pod must not set runAsNonRoot: false" in found
+    relaxed = _pod(hostUsers=False, securityContext={"runAsNonRoot": False, "runAsUser": 0})
+    assert not [line for line in violations(relaxed, "restricted") if "Non-root" in line]

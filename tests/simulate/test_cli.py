@@ -16,7 +16,7 @@ from kvtier.planner.model import TierModel
 from kvtier.simulate import STRATEGIES, SimConfig
 from kvtier.simulate.engine import JANITOR_EVERY_S
 from kvtier.sizing import JANITOR_TARGET_FRACTION
-from tests.support import CONFIG_DIR, ROOT
+from tests.support import CONFIG_DIR, SAMPLE_TRACE
 
 KV = 147_456  # bytes per token of Qwen3-8B in bf16 (36 layers x 8 KV heads x 128 x 2 x 2)
 
@@ -84,8 +84,7 @@ def simulate(*args: str) -> int:
 def test_example_config_and_shipped_sample_trace_give_all_four_strategies_and_plots(
     planner: FakePlanner, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trace = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
-    code = simulate("--lob", "retail", "--endpoint", "qwen3-8b", "--trace", str(trace), "--out", str(tmp_path))
+    code = simulate("--lob", "retail", "--endpoint", "qwen3-8b", "--trace", str(SAMPLE_TRACE), "--out", str(tmp_path))
     out = capsys.readouterr().out
     assert code == 0
     for strategy in STRATEGIES:

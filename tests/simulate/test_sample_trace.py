@@ -8,24 +8,24 @@ from pathlib import Path
 import pytest
 
 from kvtier.trace import load_trace
-from tests.support import ROOT
+from tests.support import ROOT, SAMPLE_TRACE
 from tools import benchsim
-
-SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"
 
 
 def test_the_sample_loads_whole_and_says_where_it_comes_from() -> None:
-    trace = load_trace(SAMPLE)
-    assert len(trace) == 500
-    assert sum(r.input_length > 16_384 for r in trace.requests) == 171  # what the docs say simulate skips
-    readme = (SAMPLE.parent / "README.md").read_text(encoding="utf-8")
+    trace = load_trace(SAMPLE_TRACE)
+    assert len(trace) == 3993
+    assert sum(r.input_length > 16_384 for r in trace.requests) == 1587  # what the docs say simulate skips
+    readme = (SAMPLE_TRACE.parent / "README.md").read_text(encoding="utf-8")
     for fact in ("kvcache-ai/Mooncake", "3b5a594133958449a1feaf1c9e0fc1b553e34a28", "Apache-2.0"):
         assert fact in readme
 
 
 def test_bench_sim_defaults_to_the_sample() -> None:
-    assert benchsim.DEFAULT_TRACE == SAMPLE
-    assert "--output docs/benchmarks.md" in (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert benchsim.DEFAULT_TRACE == SAMPLE_TRACE
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    assert f"SIM_TRACE ?= {SAMPLE_TRACE.relative_to(ROOT)}\n" in makefile
+    assert "--output docs/benchmarks.md" in makefile
 
 
 @pytest.mark.parametrize(

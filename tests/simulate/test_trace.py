@@ -7,7 +7,6 @@ import dataclasses
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,10 +16,8 @@ from hypothesis import strategies as st
 from kvtier.planner.model import TierModel
 from kvtier.simulate import STRATEGIES, SimConfig, Trace, TraceRequest, load_trace, simulate
 from kvtier.simulate.trace import to_units
-from tests.support import ROOT, shared_path
+from tests.support import SAMPLE_TRACE, SAMPLE_WINDOW
 
-SYNTHETIC = "data/traces/mooncake_synthetic_trace.jsonl"
-SAMPLE = ROOT / "examples" / "traces" / "mooncake_synthetic_500.jsonl"  # its first 500 lines, shipped
 MOONCAKE_SYNTHETIC_REUSE = 0.66  # Mooncake FAST'25 Table 2, "Cache Ratio" of the synthetic trace
 BIG = 10**12
 UNBOUNDED = TierModel(
@@ -44,29 +41,19 @@ EXAMPLE = dataclasses.replace(
 
 
 @pytest.fixture(scope="module")
-def path() -> Path:
-    return shared_path(SYNTHETIC)
+def rows() -> list[dict[str, Any]]:
+    return [json.loads(line) for line in SAMPLE_TRACE.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
-def rows(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def trace(path: Path) -> Trace:
-    return load_trace(path)
+def trace() -> Trace:
+    return load_trace(SAMPLE_TRACE)
 
 
 @pytest.fixture(scope="module")
 def sample() -> Trace:
-    return load_trace(SAMPLE)
-
-
-@pytest.mark.shared
-def test_the_shipped_sample_is_the_first_500_lines_of_the_trace(path: Path) -> None:
-    whole = path.read_bytes().split(b"\n")
-    assert SAMPLE.read_bytes() == b"\n".join(whole[:500]) + b"\n"
+    """The trace's first requests: enough for the properties below, at an eighth of the whole trace's time."""
+    return load_trace(SAMPLE_TRACE, limit=SAMPLE_WINDOW)
 
 
 def prefix_reuse(rows: list[dict[str, Any]], block: int = 512) -> tuple[int, int]:
@@ -85,7 +72,6 @@ def prefix_reuse(rows: list[dict[str, Any]], block: int = 512) -> tuple[int, int
     return hit, total
 
 
-@pytest.mark.shared
 def test_unbounded_single_replica_hit_rate_is_the_traces_prefix_reuse(rows: list[dict[str, Any]], trace: Trace) -> None:
     hit, total = prefix_reuse(rows)
     result = simulate(trace, UNBOUNDED, SimConfig())
@@ -94,7 +80,6 @@ def test_unbounded_single_replica_hit_rate_is_the_traces_prefix_reuse(rows: list
     assert abs(result.hit_rate() - MOONCAKE_SYNTHETIC_REUSE) < 0.02
 
 
-@pytest.mark.shared
 def test_the_examples_length_cap_skips_about_forty_percent(rows: list[dict[str, Any]], trace: Trace) -> None:
     too_long = sum(1 for row in rows if row["input_length"] > 16_384)
     result = simulate(trace, dataclasses.replace(UNBOUNDED, max_model_len=16_384), SimConfig())
