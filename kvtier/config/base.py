@@ -69,6 +69,33 @@ def _pinned_image(value: str) -> str:
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
 
+# An SSE-KMS key as IAM grants it: a key ARN (a key id or a multi-Region `mrk-` id), never an alias or a bare key id:
+# a grant on an alias ARN covers the alias, not the key (docs/references.md "Issue 37"). The partition is checked
+# against the environment's region by kvtier.rules.access.
+_KMS_KEY = re.compile(
+    r"^arn:aws(-[a-z]+)*:kms:[a-z]+(-[a-z]+)+-\d+:\d{12}:key/"
+    r"(mrk-[0-9a-f]{32}|[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})$",
+    re.ASCII,
+)
+
+
+def _kms_key(value: str | None) -> str | None:
+    if value is None or _KMS_KEY.match(value):
+        return value
+    if ":alias/" in value or value.startswith("alias/"):
+        raise ValueError(
+            f"'{value}' is an alias; IAM grants a key, not its alias: use the key's ARN "
+            f"(`aws kms describe-key --key-id {value} --query KeyMetadata.Arn`)"
+        )
+    raise ValueError(
+        f"'{value}' is not a KMS key ARN; use arn:aws:kms:<region>:<12-digit account>:key/<key id> "
+        "(the bucket's default key: `aws s3api get-bucket-encryption --bucket <bucket>`)"
+    )
+
+
+KmsKeyArn = Annotated[str | None, AfterValidator(_kms_key)]
+
+
 def positive(value: int | float) -> int | float:
     if value <= 0:
         raise ValueError(f"{value} is not positive; use a number greater than 0")

@@ -11,7 +11,8 @@ from kvtier.config.base import FieldError, Ipv4Cidr, Items, StrictModel
 
 # EKS access entries take IAM roles and users, not STS session ARNs (EKS API reference, CreateAccessEntry).
 # re.ASCII: IAM names are ASCII (IAM API reference, CreateRole RoleName: alphanumerics and _+=,.@-).
-_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[\w+=,.@/-]+$", re.ASCII)
+# A path is `/`-separated segments; the name after the last `/` is never empty (`role/ops/` names no role).
+_PRINCIPAL = re.compile(r"^arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/([\w+=,.@-]+/)*[\w+=,.@-]+$", re.ASCII)
 
 
 def _principal(value: str) -> str:

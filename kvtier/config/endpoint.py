@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from kvtier.catalog import INSTANCE_TYPES, SHAPE_EXTRAS, AttentionKind, KvCacheDtype, WeightFormat
-from kvtier.config.adapters import Adapter, LoraLimits, check_adapters
-from kvtier.config.base import FieldError, Items, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
+from kvtier.config.adapters import Adapter, LoraLimits, S3Adapter, check_adapters
+from kvtier.config.base import FieldError, Items, KmsKeyArn, PinnedImage, PositiveFloat, StrictModel, rfc1123_label
 from kvtier.config.bench import BenchConfig
 from kvtier.config.hyperpod import InstanceTypeName
 
@@ -102,6 +102,8 @@ class S3Model(StrictModel):
     prefix: Annotated[str, Field(min_length=1, pattern=r"^[^/].*$")]
     region: str | None = None  # default: the environment's region
     weights_version: WeightsVersion = None  # bump when re-uploading weights under the same prefix
+    # The bucket's SSE-KMS key (a customer managed key): the readers get kms:Decrypt on it through S3 only (issue 37).
+    kms_key_arn: KmsKeyArn = None
 
 
 ModelSource = Annotated[HuggingFaceModel | S3Model, Field(discriminator="source")]
@@ -341,6 +343,16 @@ class Endpoint(StrictModel):
     @property
     def max_replicas(self) -> int:
         return self.autoscaling.max_replicas if self.autoscaling else self.replicas
+
+    def s3_sources(self) -> list[tuple[str, S3Model | S3Adapter]]:
+        """The S3 prefixes it reads weights from (its model, its LoRA adapters), each with its path in the endpoint."""
+        found: list[tuple[str, S3Model | S3Adapter]] = (
+            [("model", self.model)] if isinstance(self.model, S3Model) else []
+        )
+        found += [
+            (f"adapters[{i}].source", a.source) for i, a in enumerate(self.adapters) if isinstance(a.source, S3Adapter)
+        ]
+        return found
 
     @model_validator(mode="after")
     def _checks(self) -> Endpoint:

@@ -17,8 +17,6 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from kvtier.config.adapters import S3Adapter
-from kvtier.config.endpoint import S3Model
 from kvtier.config.environment import Environment
 from kvtier.config.errors import cut_quoted, problems_from
 from kvtier.config.lob import LineOfBusiness
@@ -45,16 +43,8 @@ class Config:
         return next(lob for lob in self.lobs if lob.name == name)
 
     def model_buckets(self) -> tuple[str, ...]:
-        """The S3 buckets the LOB files load model weights from, each once, sorted."""
-        models = {e.model.bucket for lob in self.lobs for e in lob.endpoints if isinstance(e.model, S3Model)}
-        adapters = {  # LoRA adapters' buckets (issue 35), read the same way
-            a.source.bucket
-            for lob in self.lobs
-            for e in lob.endpoints
-            for a in e.adapters
-            if isinstance(a.source, S3Adapter)
-        }
-        return tuple(sorted(models | adapters))
+        """The S3 buckets the LOB files load model weights from (models and LoRA adapters), each once, sorted."""
+        return tuple(sorted({s.bucket for lob in self.lobs for e in lob.endpoints for _, s in e.s3_sources()}))
 
 
 def resolve_config_dir(flag: str | None) -> Path:

@@ -14,6 +14,7 @@ from constructs import Construct
 from kvtier.addons import AddonSpec
 from kvtier.constructs.eks_access import EksAccess
 from kvtier.constructs.manifests import StackOutputs, addon_release
+from kvtier.constructs.model_access import ModelKey, decrypt_statements
 from kvtier.constructs.nag import acknowledge_all, managed_policy
 from kvtier.naming import MODEL_READER_TAG_VALUE, model_reader_tag, own_bucket_patterns
 
@@ -28,6 +29,8 @@ class AddonContext:
     env_name: str = ""
     bucket_access: str = "named"
     model_buckets: tuple[str, ...] = ()
+    # SSE-KMS keys of the model buckets (issue 37): named in either mode (a grant names its key).
+    model_keys: tuple[ModelKey, ...] = ()
 
 
 # Permissions beyond managed policies, per add-on; each builder gets the construct and the context.
@@ -81,6 +84,7 @@ def _s3_statements(scope: Construct, ctx: AddonContext) -> list[iam.PolicyStatem
                 conditions={"StringEquals": {"s3:ResourceAccount": stack.account}},
             )
         )
+    statements += decrypt_statements(scope, ctx.model_keys, "DecryptModels")
     own = [f"arn:{partition}:s3:::{pattern}" for pattern in own_bucket_patterns(ctx.env_name)]
     statements.append(
         iam.PolicyStatement(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 from aws_cdk import CustomResource, Duration, Size, Stack
 from aws_cdk import aws_ec2 as ec2
@@ -16,9 +15,10 @@ from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from kvtier.constructs.eks import ADMIN_POLICY
+from kvtier.constructs.lambda_code import package_code
 from kvtier.constructs.nag import LAMBDA_BASIC, LAMBDA_VPC, acknowledge_all
 
-HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "hyperpod_dependencies"
+HANDLER = "eks_api.installer.on_event"  # kvtier/lambdas/eks_api/installer.py
 
 # Pinned upstream source of the chart (its README: install before the cluster; docs/references.md "Foundation").
 REPOSITORY = "aws/sagemaker-hyperpod-cli"
@@ -49,8 +49,8 @@ class HyperPodDependencies(Construct):
             self,
             "Installer",
             runtime=lambda_.Runtime.PYTHON_3_14,
-            handler="index.on_event",
-            code=lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"]),
+            handler=HANDLER,
+            code=package_code("eks_api"),
             layers=[kubectl_layer],  # helm at /opt/helm/helm
             timeout=Duration.minutes(14),
             memory_size=1024,

@@ -1,6 +1,10 @@
-"""A LOB's EKS Pod Identity role: read access to its own S3 model prefixes, and nothing else."""
+"""A LOB's EKS Pod Identity role: read access to its own S3 model prefixes, and nothing else; and the KMS grants of
+model buckets encrypted with a customer managed key (SSE-KMS), shared with the S3 CSI driver's role."""
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from aws_cdk import Stack
 from aws_cdk import aws_eks_v2 as eks
@@ -16,9 +20,43 @@ from kvtier.naming import MODEL_READER_SA, lob_namespace
 
 def s3_models(lob: LineOfBusiness) -> list[S3Model | S3Adapter]:
     """Every S3 prefix the LOB's pods read weights from: the endpoints' models and their LoRA adapters (issue 35)."""
-    models: list[S3Model | S3Adapter] = [e.model for e in lob.endpoints if isinstance(e.model, S3Model)]
-    adapters = [a.source for e in lob.endpoints for a in e.adapters if isinstance(a.source, S3Adapter)]
-    return [*models, *adapters]
+    by_endpoint = [e.s3_sources() for e in lob.endpoints]
+    return [s for sources in by_endpoint for _, s in sources if isinstance(s, S3Model)] + [
+        s for sources in by_endpoint for _, s in sources if isinstance(s, S3Adapter)
+    ]
+
+
+@dataclass(frozen=True, order=True)
+class ModelKey:
+    """A model bucket's SSE-KMS key, and the region of the bucket (S3 there calls KMS for the reader)."""
+
+    arn: str
+    bucket_region: str
+
+
+def model_keys(lobs: Iterable[LineOfBusiness], region: str) -> tuple[ModelKey, ...]:
+    """The keys the LOBs' S3 sources name (issue 37), each once; `region`: the environment's (a source's default)."""
+    found = {ModelKey(s.kms_key_arn, s.region or region) for lob in lobs for s in s3_models(lob) if s.kms_key_arn}
+    return tuple(sorted(found))
+
+
+def decrypt_statements(scope: Construct, keys: Iterable[ModelKey], sid: str) -> list[iam.PolicyStatement]:
+    """kms:Decrypt on exactly these keys, and only through S3 in the bucket's region (kms:ViaService): the role can
+    read SSE-KMS objects through S3 but cannot decrypt with the key directly. One statement per region. What S3
+    needs to download an SSE-KMS object, and the condition key: docs/references.md "Issue 37"."""
+    by_region: dict[str, list[str]] = {}
+    for key in keys:
+        by_region.setdefault(key.bucket_region, []).append(key.arn)
+    suffix = Stack.of(scope).url_suffix
+    return [
+        iam.PolicyStatement(
+            sid=f"{sid}{''.join(part.capitalize() for part in region.split('-'))}",
+            actions=["kms:Decrypt"],
+            resources=sorted(set(arns)),
+            conditions={"StringEquals": {"kms:ViaService": f"s3.{region}.{suffix}"}},
+        )
+        for region, arns in sorted(by_region.items())
+    ]
 
 
 class ModelReaderRole(Construct):
@@ -66,6 +104,8 @@ class ModelReaderRole(Construct):
                 f"AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:s3:::{model.bucket}/{prefix}/*]",
                 "Objects under this LOB's own model prefix only.",
             )
+        for statement in decrypt_statements(self, model_keys([lob], Stack.of(self).region), "DecryptModels"):
+            self.role.add_to_policy(statement)
         eks.CfnPodIdentityAssociation(
             self,
             "Association",

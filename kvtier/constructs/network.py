@@ -145,6 +145,31 @@ class KvtierNetwork(Construct):
             description=description,
         )
 
+    def api_client_group(
+        self, scope: Construct, id: str, *, control_plane_group_id: str, description: str
+    ) -> ec2.SecurityGroup:
+        """A security group of its own for one of kvtier's Lambdas that call the EKS API and AWS from the VPC, declared
+        in `scope`'s stack: egress HTTPS (443) only, admitted on 443 to the interface endpoints and to the EKS cluster
+        security group, which EKS puts on the control plane's network interfaces (and on managed node groups, which
+        kvtier has none of); nothing else admits it. Not the node group: that allows all traffic within itself, so a
+        function there reaches every node and pod on every port (docs/references.md "Issue 37")."""
+        group = ec2.SecurityGroup(scope, id, vpc=self.vpc, description=description, allow_all_outbound=False)
+        # The EKS API, AWS APIs (interface endpoints or the NAT) and HTTPS downloads. DNS to the VPC resolver is not
+        # filtered by security groups.
+        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS only: the EKS API, AWS APIs, downloads")
+        self.admit_to_endpoints(scope, f"{id}ToEndpoints", group.security_group_id, f"HTTPS from {description}")
+        ec2.CfnSecurityGroupIngress(
+            scope,
+            f"{id}ToControlPlane",
+            group_id=control_plane_group_id,
+            source_security_group_id=group.security_group_id,
+            ip_protocol="tcp",
+            from_port=443,
+            to_port=443,
+            description=f"the EKS API from {description}",
+        )
+        return group
+
     @property
     def node_subnets(self) -> list[ec2.ISubnet]:
         return self.vpc.select_subnets(subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS).subnets

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aws_cdk import CustomResource, Duration, Stack
+from aws_cdk import Duration
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
-from aws_cdk import aws_logs as logs
-from aws_cdk import aws_stepfunctions as sfn
-from aws_cdk import custom_resources as cr
+from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
-from kvtier.constructs.nag import LAMBDA_BASIC, acknowledge, acknowledge_all
+from kvtier.constructs.waiter import handler_function, waiting_resource
+from kvtier.lambdas.tiered_storage.index import STATE_PARAMETER_ENV
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "lambdas" / "tiered_storage"
 RESOURCE_TYPE = "Custom::HyperPodTieredStorage"
@@ -36,9 +35,15 @@ class TieredStorageSetting(Construct):
     ) -> None:
         super().__init__(scope, id)
         code = lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"])
-        self.on_event = self._function("OnEvent", "index.on_event", code, "Records the Tiered Storage change")
-        self.is_complete = self._function(
-            "IsComplete", "index.is_complete", code, "Changes Tiered Storage once the HyperPod cluster is InService"
+        self.on_event = handler_function(
+            self, "OnEvent", handler="index.on_event", code=code, description="Records the Tiered Storage change"
+        )
+        self.is_complete = handler_function(
+            self,
+            "IsComplete",
+            handler="index.is_complete",
+            code=code,
+            description="Changes Tiered Storage once the HyperPod cluster is InService",
         )
         # Least privilege: only this cluster. on_event only reads; is_complete calls UpdateCluster once the cluster is
         # InService (a rollback's Update must not call it on a busy cluster). No iam:PassRole: the request carries no
@@ -57,65 +62,34 @@ class TieredStorageSetting(Construct):
         self.is_complete.add_to_role_policy(
             iam.PolicyStatement(sid="ReadTheOrchestrator", actions=["eks:DescribeCluster"], resources=[eks_cluster_arn])
         )
-        provider = cr.Provider(
+        # The poll state: which request is_complete's own UpdateCluster was sent for, and when. The framework hands
+        # every poll the same event and refuses Data from a poll that is not complete, so it lives here (issue 37).
+        self.poll_state = ssm.StringParameter(
             self,
-            "Provider",
-            on_event_handler=self.on_event,
-            is_complete_handler=self.is_complete,
-            query_interval=QUERY_INTERVAL,
-            total_timeout=TOTAL_TIMEOUT,
-            # The waiter's executions are the record of how long the cluster took; no execution data (it holds ARNs).
-            disable_waiter_state_machine_logging=False,
-            waiter_state_machine_log_options=cr.LogOptions(
-                destination=logs.LogGroup(self, "WaiterLogs", retention=logs.RetentionDays.ONE_MONTH),
-                level=sfn.LogLevel.ALL,
-                include_execution_data=False,
-            ),
+            "PollState",
+            string_value="{}",
+            description="kvtier Tiered Storage waiter: the request its UpdateCluster was last sent for",
+        )
+        self.is_complete.add_environment(STATE_PARAMETER_ENV, self.poll_state.parameter_name)
+        self.is_complete.add_to_role_policy(
+            iam.PolicyStatement(
+                sid="PollState",
+                actions=["ssm:GetParameter", "ssm:PutParameter"],
+                resources=[self.poll_state.parameter_arn],
+            )
         )
         # Always Enable: with tiered storage off in config, kvtier leaves the owner's setting alone (no resource).
-        self.resource = CustomResource(
+        self.resource = waiting_resource(
             self,
             "Setting",
-            service_token=provider.service_token,
+            on_event=self.on_event,
+            is_complete=self.is_complete,
+            query_interval=QUERY_INTERVAL,
+            total_timeout=TOTAL_TIMEOUT,
             resource_type=RESOURCE_TYPE,
             properties={
                 "ClusterName": cluster_arn,  # the API takes the ARN as ClusterName
                 "Mode": "Enable",
                 "InstanceMemoryAllocationPercentage": memory_percent,
             },
-        )
-        self._acknowledge(provider)
-
-    def _function(self, id: str, handler: str, code: lambda_.Code, description: str) -> lambda_.Function:
-        return lambda_.Function(
-            self,
-            id,
-            runtime=lambda_.Runtime.PYTHON_3_14,
-            handler=handler,
-            code=code,
-            timeout=Duration.minutes(1),
-            memory_size=256,
-            log_group=logs.LogGroup(self, f"{id}Logs", retention=logs.RetentionDays.ONE_MONTH),
-            description=description,
-        )
-
-    def _acknowledge(self, provider: cr.Provider) -> None:
-        stack = Stack.of(self)
-        reasons = {
-            LAMBDA_BASIC: "Lambda basic execution role: the handlers write only their own logs.",
-            "AwsSolutions-L1": "The provider framework's runtime is chosen by aws-cdk-lib, which is pinned.",
-            "AwsSolutions-SF2": "The provider framework's waiter state machine offers no tracing option; it logs ALL.",
-        }
-        framework = [provider.node.find_child(f"framework-{name}") for name in ("isComplete", "onTimeout")]
-        for function in (self.on_event, self.is_complete, *framework):
-            function_id = stack.get_logical_id(function.node.default_child)  # type: ignore[arg-type]
-            reasons[f"AwsSolutions-IAM5[Resource::<{function_id}.Arn>:*]"] = (
-                "The provider framework invokes its handler's versions."
-            )
-        acknowledge_all(self, reasons)
-        waiter_role = provider.node.find_child("waiter-state-machine").node.find_child("Role")
-        acknowledge(
-            waiter_role,
-            "AwsSolutions-IAM5[Resource::*]",
-            "Step Functions log delivery (logs:CreateLogDelivery and related) supports no resource-level permissions.",
         )

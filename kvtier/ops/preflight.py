@@ -27,6 +27,10 @@ reach, means nothing can be checked (UnavailableError, exit 3); any other API er
 - Model buckets, with `model_bucket_access: tagged` (each S3 bucket a LOB file names): s3:GetBucketAbac is Enabled and s3control:ListTagsForResource
   shows the environment's model-reader tag, the two things the S3 CSI driver's role needs to read it (S3 ABAC,
   kvtier.constructs.eks_addons); the bucket's owner does them once per bucket, no stack does.
+- Model keys (each S3 bucket a LOB file names, in either mode): s3:GetBucketEncryption; a bucket whose default
+  encryption is SSE-KMS with a customer managed key needs that key as `kms_key_arn` on every model and adapter source
+  in it, or the readers get no kms:Decrypt on it and every download is refused (issue 37). An API error is that
+  bucket's `unknown`, naming the call.
 
 Every client has short timeouts and few retries (CLIENT_CONFIG, docs/deploying.md): AWS out of reach fails in
 seconds, not minutes.
@@ -42,6 +46,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, 
 
 from kvtier.addons import ADDONS, AddonSpec
 from kvtier.config.environment import Environment
+from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.naming import (
     MODEL_READER_TAG_VALUE,
@@ -468,6 +473,71 @@ def model_bucket_check(
     return Check("model bucket", bucket, f"ABAC Enabled, {key}={MODEL_READER_TAG_VALUE}", "ok")
 
 
+@dataclass(frozen=True)
+class ModelSource:
+    """An S3 model or adapter source as a LOB file writes it: its bucket, where it is written (file and field), and
+    the SSE-KMS key it names (None: none)."""
+
+    bucket: str
+    where: str
+    kms_key_arn: str | None
+
+
+def model_sources(config: Config) -> list[ModelSource]:
+    return [
+        ModelSource(source.bucket, f"{config.files.get(lob.name, lob.name)} endpoints[{i}].{path}", source.kms_key_arn)
+        for lob in config.lobs
+        for i, endpoint in enumerate(lob.endpoints)
+        for path, source in endpoint.s3_sources()
+    ]
+
+
+KMS_ALGORITHMS = ("aws:kms", "aws:kms:dsse")  # S3 default encryption with KMS (SSE-KMS, DSSE-KMS)
+
+
+def model_key_check(bucket: str, default: Mapping[str, Any] | None, sources: Sequence[ModelSource]) -> Check:
+    """One model bucket's default encryption (GetBucketEncryption's ApplyServerSideEncryptionByDefault; None: no
+    default) against the keys its sources name: a customer managed key must be named by each of them."""
+    algorithm = str((default or {}).get("SSEAlgorithm", ""))
+    key = str((default or {}).get("KMSMasterKeyID", ""))
+    if algorithm not in KMS_ALGORITHMS:
+        value = f"{algorithm or 'no default'} (SSE-S3)" if algorithm in ("", "AES256") else algorithm
+        return Check("model key", bucket, value, "ok", "no KMS key to grant")
+    if not key:
+        return Check(
+            "model key",
+            bucket,
+            f"{algorithm}, AWS managed key aws/s3",
+            "ok",
+            "usable through S3 by the bucket account's principals; a reader in another account cannot use it",
+        )
+    if key.startswith("alias/") or ":alias/" in key:
+        return Check(
+            "model key",
+            bucket,
+            key,
+            "unknown",
+            f"the bucket's default names an alias: `aws kms describe-key --key-id {key} --query KeyMetadata.Arn` "
+            "gives the key ARN to list as kms_key_arn on its sources",
+        )
+    key_id = key.rsplit("/", 1)[-1]
+    missing = [s for s in sources if s.kms_key_arn is None or s.kms_key_arn.rsplit("/", 1)[-1] != key_id]
+    if not missing:
+        return Check("model key", bucket, key, "ok", "granted to the readers (kms:Decrypt through S3)")
+    arn = key if key.startswith("arn:") else f"<the ARN of key {key}: `aws kms describe-key --key-id {key}`>"
+    first = missing[0]
+    named = f"names {first.kms_key_arn}" if first.kms_key_arn else "names no key"
+    more = f" (and {len(missing) - 1} more source(s) in this bucket)" if len(missing) > 1 else ""
+    return Check(
+        "model key",
+        bucket,
+        key,
+        "problem",
+        f"the bucket encrypts new objects with this KMS key; {first.where} {named}{more}: add `kms_key_arn: {arn}`, "
+        "or the readers get no kms:Decrypt and every download is refused",
+    )
+
+
 SSO_ROLE_PREFIX = "AWSReservedSSO_"  # IAM Identity Center's roles (docs/references.md "Issue 37")
 SSO_ROLE_PATH = "aws-reserved/sso.amazonaws.com/"
 
@@ -528,9 +598,12 @@ def clients(env: Environment, profile: str | None = None) -> Clients:
         raise UnavailableError(f"cannot check: {err}") from err
 
 
-def collect(env: Environment, aws: Clients, model_buckets: Sequence[str] = ()) -> PreflightReport:
+def collect(
+    env: Environment, aws: Clients, model_buckets: Sequence[str] = (), sources: Sequence[ModelSource] = ()
+) -> PreflightReport:
     """Every check, in the order a deploy needs them. Raises UnavailableError when nothing can be checked.
-    `model_buckets`: the S3 buckets the LOB files name (Config.model_buckets)."""
+    `model_buckets`: the S3 buckets the LOB files name (Config.model_buckets); `sources`: their model and adapter
+    sources (model_sources), whose KMS keys are checked against each bucket's default encryption."""
     checks = [_bootstrap(env, aws.cloudformation)]
     checks.append(_guard(lambda: [account_check(env, str(aws.sts.get_caller_identity()["Account"]))], "account"))
     if env.hyperpod.existing is None:  # an existing cluster's nodes are already there
@@ -565,6 +638,11 @@ def collect(env: Environment, aws: Clients, model_buckets: Sequence[str] = ()) -
     if env.model_bucket_access == "tagged":  # `named`: the cluster stack grants the buckets themselves
         for bucket in model_buckets:
             checks += _guard_many(_bucket_reader(env, aws, bucket), "model bucket", bucket)
+    by_bucket: dict[str, list[ModelSource]] = {}
+    for source in sources:
+        by_bucket.setdefault(source.bucket, []).append(source)
+    for bucket, in_bucket in sorted(by_bucket.items()):
+        checks += _guard_many(_key_reader(aws, bucket, in_bucket), "model key", bucket)
     return PreflightReport(env.name, env.region, tuple(checks))
 
 
@@ -713,6 +791,26 @@ def _model_bucket(env: Environment, aws: Clients, bucket: str) -> Check:
         listed = aws.s3control.list_tags_for_resource(AccountId=account, ResourceArn=arn).get("Tags", [])
         tags = {str(t.get("Key")): str(t.get("Value")) for t in listed}
     return model_bucket_check(env, bucket, status, tags, account, partition)
+
+
+def _key_reader(aws: Clients, bucket: str, sources: Sequence[ModelSource]) -> Callable[[], list[Check]]:
+    return lambda: [_model_key(aws, bucket, sources)]
+
+
+def _model_key(aws: Clients, bucket: str, sources: Sequence[ModelSource]) -> Check:
+    """GetBucketEncryption of one bucket (its owner may be another account: no ExpectedBucketOwner)."""
+    try:
+        rules = aws.s3.get_bucket_encryption(Bucket=bucket)["ServerSideEncryptionConfiguration"].get("Rules", [])
+    except ClientError as err:
+        code = _code(err)
+        if code == "ServerSideEncryptionConfigurationNotFoundError":
+            return model_key_check(bucket, None, sources)
+        if code in ("NoSuchBucket", "404", "NotFound"):
+            return Check("model key", bucket, "absent", "problem", f"no bucket {bucket}: fix {sources[0].where}")
+        _raise_if_unavailable(err)
+        return Check("model key", bucket, "unreadable", "unknown", f"s3:GetBucketEncryption: {_message(err)}")
+    default = rules[0].get("ApplyServerSideEncryptionByDefault") if rules else None
+    return model_key_check(bucket, default, sources)
 
 
 def _addon_reader(env: Environment, eks: Any, spec: AddonSpec) -> Callable[[], list[Check]]:

@@ -16,7 +16,7 @@ from kvtier.config.environment import Environment
 from kvtier.config.loader import DEFAULT_ENV, Config, parse_config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.errors import ConfigError, Problem
-from kvtier.rules.access import check_eks_access, check_model_buckets
+from kvtier.rules.access import check_eks_access, check_model_buckets, check_model_keys
 from kvtier.rules.autoscaling import check_autoscaling
 from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
@@ -62,6 +62,7 @@ def cross_check(
     check_rolling_updates(ctx, found)
     check_eks_access(ctx, found)
     check_model_buckets(ctx, found)
+    check_model_keys(ctx, found)
     return found.errors, found.warnings
 
 

@@ -113,3 +113,39 @@ def check_model_buckets(ctx: Context, found: Findings) -> None:
                         "keep adapter weights in a bucket of your own with another name",
                     )
                 )
+
+
+def check_model_keys(ctx: Context, found: Findings) -> None:
+    """A model or adapter source's SSE-KMS key (the shape is the config model's): in the environment's partition, or
+    IAM grants nothing (an error); in the bucket's region, where S3 asks KMS for the reader (a warning: the grant's
+    kms:ViaService names S3 in the bucket's region)."""
+    expected = partition(ctx.env.region)
+    for site in ctx.sites():
+        for path, source in site.endpoint.s3_sources():
+            key = source.kms_key_arn
+            if key is None:
+                continue
+            key_partition, key_region = key.split(":")[1], key.split(":")[3]
+            bucket_region = source.region or ctx.env.region
+            field = site.at(f"{path}.kms_key_arn")
+            if key_partition != expected:
+                found.errors.append(
+                    Problem(
+                        site.file,
+                        field,
+                        f"'{key}' is in partition {key_partition}, but region {ctx.env.region} is in {expected}",
+                        f"use arn:{expected}:kms:{bucket_region}:<account>:key/<key id>, the key of bucket "
+                        f"{source.bucket}",
+                    )
+                )
+            elif key_region != bucket_region:
+                found.warnings.append(
+                    Problem(
+                        site.file,
+                        field,
+                        f"'{key}' is in region {key_region}, but bucket {source.bucket} is read in {bucket_region} "
+                        "(the grant lets S3 there use the key)",
+                        f"use the bucket's key (`aws s3api get-bucket-encryption --bucket {source.bucket}`), or set "
+                        "the source's region to the bucket's",
+                    )
+                )

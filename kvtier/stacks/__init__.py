@@ -37,6 +37,7 @@ class EnvironmentStacks:
 def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
     """Platform depends on cluster, cluster on network; each LOB only on cluster and platform (design).
     An existing cluster has no network stack, and its cluster stack imports it (kvtier.stacks.cluster)."""
+    from kvtier.constructs.model_access import model_keys
     from kvtier.stacks.cluster import cluster_stack
     from kvtier.stacks.lob import LobStack
     from kvtier.stacks.network import NetworkStack
@@ -49,6 +50,7 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
         env,
         network.network if network is not None else None,
         config.model_buckets() if config.env.model_bucket_access == "named" else (),
+        model_keys(config.lobs, env.region),
     )
     if network is not None:
         cluster.add_stack_dependency(network)
@@ -58,6 +60,7 @@ def build_environment(scope: Construct, config: Config) -> EnvironmentStacks:
         cluster.icluster,
         oidc_provider_arn=cluster.oidc_provider_arn,
         hyperpod_cluster_arn=cluster.hyperpod_cluster_arn,
+        network=network.network if network is not None else None,
     )
     platform.add_stack_dependency(cluster)
     stacks = EnvironmentStacks(network=network, cluster=cluster, platform=platform)

@@ -28,6 +28,7 @@ from kvtier.constructs.hyperpod_dependencies import (
     HyperPodDependencies,
 )
 from kvtier.constructs.manifests import HelmRelease
+from kvtier.constructs.model_access import ModelKey
 from kvtier.constructs.network import KvtierNetwork
 from kvtier.stacks.base import KvtierStack, established
 
@@ -69,21 +70,31 @@ class ClusterStack(KvtierStack):
 
 
 def cluster_stack(
-    scope: Construct, env: Environment, network: KvtierNetwork | None, model_buckets: tuple[str, ...] = ()
+    scope: Construct,
+    env: Environment,
+    network: KvtierNetwork | None,
+    model_buckets: tuple[str, ...] = (),
+    model_keys: tuple[ModelKey, ...] = (),
 ) -> ClusterStack:
     """kvtier's own cluster in `network`, or the import of the existing one (no network stack then).
     `model_buckets`: the S3 buckets the LOB files load weights from (with `model_bucket_access: named` the S3 CSI driver
-    may read only those; with `tagged` it names none, so LOBs never change this stack)."""
+    may read only those; with `tagged` it names none, so LOBs never change this stack). `model_keys`: the SSE-KMS keys
+    the LOB files name for them (issue 37), which the driver may use through S3 in either mode."""
     if env.hyperpod.existing is not None:
-        return ExistingClusterStack(scope, env, env.hyperpod.existing, model_buckets)
+        return ExistingClusterStack(scope, env, env.hyperpod.existing, model_buckets, model_keys)
     if network is None:
         raise ValueError("a cluster kvtier creates needs the network stack")
-    return NewClusterStack(scope, env, network, model_buckets)
+    return NewClusterStack(scope, env, network, model_buckets, model_keys)
 
 
 class NewClusterStack(ClusterStack):
     def __init__(
-        self, scope: Construct, env: Environment, network: KvtierNetwork, model_buckets: tuple[str, ...]
+        self,
+        scope: Construct,
+        env: Environment,
+        network: KvtierNetwork,
+        model_buckets: tuple[str, ...],
+        model_keys: tuple[ModelKey, ...] = (),
     ) -> None:
         super().__init__(scope, env, f"kvtier {env.name}: EKS and the HyperPod cluster")
         subnets = network.node_subnets
@@ -109,7 +120,14 @@ class NewClusterStack(ClusterStack):
         self.network_addons = ClusterAddons(
             self, "NetworkAddons", eks_cluster=self.eks, specs=addons("network"), outputs=self.outputs
         )
-        # 3. HyperPod dependencies, installed without waiting for pods (no node exists yet).
+        # 3. HyperPod dependencies, installed without waiting for pods (no node exists yet). The installer downloads
+        # from the internet and is cluster admin: its own security group, never the node group's (issue 37).
+        self.installer_security_group = network.api_client_group(
+            self,
+            "InstallerSecurityGroup",
+            control_plane_group_id=self.kvtier_eks.cluster.cluster_security_group_id,
+            description="the HyperPod dependencies installer",
+        )
         self.hyperpod_dependencies = HyperPodDependencies(
             self,
             "HyperPodDependencies",
@@ -117,7 +135,7 @@ class NewClusterStack(ClusterStack):
             region=env.region,
             vpc=network.vpc,
             subnets=subnets,
-            security_group=network.node_security_group,
+            security_group=self.installer_security_group,
             kubectl_layer=self.eks.kubectl_layer,
         )
         self.hyperpod_dependencies.resource.node.add_dependency(*self.network_addons.addons.values())
@@ -151,6 +169,7 @@ class NewClusterStack(ClusterStack):
                 model_buckets=model_buckets,
                 env_name=env.name,
                 bucket_access=env.model_bucket_access,
+                model_keys=model_keys,
             ),
         )
         self.node_addons.node.add_dependency(self.hyperpod.cluster)
@@ -181,7 +200,12 @@ class ExistingClusterStack(ClusterStack):
     through the API. No VPC, EKS or HyperPod resource is created."""
 
     def __init__(
-        self, scope: Construct, env: Environment, existing: ExistingCluster, model_buckets: tuple[str, ...]
+        self,
+        scope: Construct,
+        env: Environment,
+        existing: ExistingCluster,
+        model_buckets: tuple[str, ...],
+        model_keys: tuple[ModelKey, ...] = (),
     ) -> None:
         super().__init__(
             scope,
@@ -198,6 +222,7 @@ class ExistingClusterStack(ClusterStack):
             model_buckets=model_buckets,
             env_name=env.name,
             bucket_access=env.model_bucket_access,
+            model_keys=model_keys,
         )
         self.addons: dict[str, ClusterAddons] = {}
         for phase in ADDON_GROUPS:

@@ -9,6 +9,8 @@ from kvtier.config.loader import Config
 from kvtier.constructs.inference_operator import InferenceOperator
 from kvtier.constructs.kyverno import Kyverno
 from kvtier.constructs.manifests import apply_chart
+from kvtier.constructs.network import KvtierNetwork
+from kvtier.constructs.node_gate import SystemNodeGate
 from kvtier.constructs.observability import AmpRules
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.curvine.charts import curvine_charts
@@ -26,13 +28,28 @@ class PlatformStack(KvtierStack):
         *,
         oidc_provider_arn: str,
         hyperpod_cluster_arn: str,
+        network: KvtierNetwork | None = None,
     ) -> None:
+        """`network`: the VPC of a cluster kvtier creates (None for an existing cluster, whose nodes are there)."""
         super().__init__(scope, config.env, "platform", f"kvtier {config.env.name}: shared in-cluster services")
         self.cluster = cluster
+        self.node_gate = self._node_gate(network) if network is not None else None
         self.curvine = self._curvine() if self.config_env.hyperpod.installs("curvine") else []
         self.operator = self._operator(oidc_provider_arn, hyperpod_cluster_arn)
         self.kyverno = self._kyverno()
         self.observability = self._observability()
+        if self.node_gate is not None:  # everything else waits for a Ready system node
+            for child in self.node.children:
+                if child is not self.node_gate:
+                    child.node.add_dependency(self.node_gate.resource)
+
+    def _node_gate(self, network: KvtierNetwork) -> SystemNodeGate:
+        """The first resource (issue 37): on the first create it waits, under an hour, until a system node is Ready.
+        Continuous provisioning completes the cluster stack before any node joins; a timeout here rolls back this
+        stack only."""
+        return SystemNodeGate(
+            self, "SystemNodeGate", env=self.config_env, cluster=self.cluster, network=network, outputs=self.outputs
+        )
 
     def _curvine(self) -> list[eks.KubernetesManifest]:
         """Curvine's charts, each applied after the previous one (namespace, cluster, CSI driver). On an existing

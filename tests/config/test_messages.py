@@ -52,7 +52,7 @@ def test_a_misspelt_key_inside_an_s3_model_names_the_s3_keys(
     )
     assert _one_line(capsys, config_copy) == (
         f"{lob}: endpoints[0].model.regoin: unknown key 'regoin'; did you mean 'region'? known keys here: source, id, "
-        "bucket, prefix, region, weights_version"
+        "bucket, prefix, region, weights_version, kms_key_arn"
     )
 
 
@@ -218,6 +218,8 @@ def test_a_config_dir_that_is_a_fifo_says_so(tmp_path: Path, capsys: pytest.Capt
     [
         "arn:aws:iam::111122223333:role/Plätform",  # a letter IAM refuses
         "arn:aws:iam::١١١١٢٢٢٢٣٣٣٣:role/PlatformAdmin",  # Arabic-Indic digits: Python's \\d matches them
+        "arn:aws:iam::111122223333:role/aws-reserved/sso.amazonaws.com/",  # a path without the role's name
+        "arn:aws:iam::111122223333:role//PlatformAdmin",  # an empty path segment
     ],
 )
 def test_an_iam_arn_outside_ascii_is_refused(config_copy: Path, capsys: pytest.CaptureFixture[str], arn: str) -> None:

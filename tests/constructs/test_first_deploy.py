@@ -194,8 +194,13 @@ def test_no_admin_warns(config_copy: Path) -> None:
 
 
 def test_dev_eks_endpoint_is_not_open_to_the_internet(dev: Synth) -> None:
-    text = json.dumps(dev.template("cluster"))
-    assert "0.0.0.0/0" not in text.replace('"0.0.0.0/0", "IpProtocol": "-1"', "")  # egress rules aside
+    resources = dev.template("cluster")["Resources"]
+    without_egress = {  # egress rules aside (the installer's own group: HTTPS out, issue 37)
+        k: {**r, "Properties": {p: v for p, v in r.get("Properties", {}).items() if p != "SecurityGroupEgress"}}
+        for k, r in resources.items()
+    }
+    text = json.dumps(without_egress)
+    assert "0.0.0.0/0" not in text
     assert "203.0.113.0/24" in text
 
 
@@ -302,6 +307,25 @@ def sagemaker() -> Iterator[tuple[Any, Stubber]]:
         stub.assert_no_pending_responses()
 
 
+@pytest.fixture()
+def ssm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubber]:
+    """The waiter's poll state (issue 37): an SSM parameter, read on every poll and written after UpdateCluster."""
+    client = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="t", aws_secret_access_key="t")
+    monkeypatch.setenv(index.STATE_PARAMETER_ENV, STATE)
+    monkeypatch.setattr(index, "_ssm_client", lambda: client)
+    with Stubber(client) as stub:
+        yield stub
+        stub.assert_no_pending_responses()
+
+
+STATE = "/kvtier/dev/poll-state"
+REQUEST = "request-1"
+
+
+def _no_call_sent(ssm: Stubber) -> None:
+    ssm.add_response("get_parameter", {"Parameter": {"Name": STATE, "Value": "{}"}}, {"Name": STATE})
+
+
 def _described(status: str) -> dict[str, Any]:
     return {
         "ClusterArn": ARN,
@@ -317,6 +341,7 @@ def _described(status: str) -> dict[str, Any]:
 def _event(kind: str, **extra: Any) -> dict[str, Any]:
     return {
         "RequestType": kind,
+        "RequestId": REQUEST,
         "PhysicalResourceId": f"{index.PREFIX}/{ARN}/Disable",
         "ResourceProperties": {"ClusterName": ARN, "Mode": "Enable", "InstanceMemoryAllocationPercentage": "20"},
         **extra,
@@ -331,27 +356,34 @@ def test_delete_skips_the_restore_while_the_cluster_is_busy(sagemaker: tuple[Any
     assert result["Data"] == {"Changed": "false"}
 
 
-def test_delete_restores_when_in_service(sagemaker: tuple[Any, Stubber]) -> None:
+def test_delete_restores_when_in_service(sagemaker: tuple[Any, Stubber], ssm: Stubber) -> None:
     client, stub = sagemaker
     stub.add_response("describe_cluster", _described("InService"), {"ClusterName": ARN})
     result = index.on_event(_event("Delete"), None, client)
     assert result["Data"]["Changed"] == "true"
     stub.add_response("describe_cluster", _described("InService"), {"ClusterName": ARN})
+    _no_call_sent(ssm)
     stub.add_response(  # the first poll makes the call (issue 26: never from on_event)
         "update_cluster",
         {"ClusterArn": ARN},
         {"ClusterName": ARN, "TieredStorageConfig": {"Mode": "Disable"}, "NodeRecovery": "Automatic"},
     )
-    assert index.is_complete({**_event("Delete"), "Data": result["Data"]}, None, client) == {"IsComplete": False}
+    recorded = json.dumps({"RequestId": REQUEST, "UpdatedAt": 2000})
+    ssm.add_response("put_parameter", {"Version": 2}, {"Name": STATE, "Value": recorded, "Overwrite": True})
+    event = {**_event("Delete"), "Data": result["Data"]}
+    assert index.is_complete(event, None, client, now=lambda: 2000.0) == {"IsComplete": False}
 
 
-def test_waiter_fails_with_hyperpods_status_before_the_framework_times_out(sagemaker: tuple[Any, Stubber]) -> None:
+def test_waiter_fails_with_hyperpods_status_before_the_framework_times_out(
+    sagemaker: tuple[Any, Stubber], ssm: Stubber
+) -> None:
     client, stub = sagemaker
     # Cold starts before RequestedAt and 30 s polls plus the Lambda's run: five minutes of margin (issue 26).
     assert index.DEADLINE_S + 10 * QUERY_INTERVAL.to_seconds() <= TOTAL_TIMEOUT.to_seconds()
     described = {**_described("Updating"), "FailureMessage": "instance group gpu: insufficient capacity"}
-    stub.add_response("describe_cluster", described, {"ClusterName": ARN})
-    stub.add_response("describe_cluster", described, {"ClusterName": ARN})
+    for _ in range(2):
+        stub.add_response("describe_cluster", described, {"ClusterName": ARN})
+        _no_call_sent(ssm)
     waiting = _event("Create", Data={"Changed": "true", "Setting": "Enable-20", "RequestedAt": "1000"})
     assert index.is_complete(waiting, None, client, now=lambda: 1000.0 + index.DEADLINE_S - 1) == {"IsComplete": False}
     with pytest.raises(RuntimeError, match=r"still Updating .* insufficient capacity"):

@@ -15,7 +15,7 @@ import botocore.session
 import pytest
 from botocore.stub import Stubber
 
-from kvtier.lambdas.hyperpod_dependencies import index
+from kvtier.lambdas.eks_api import cluster_access, installer
 
 COMMIT = "011ca927123e02b35a399935bbb3ab1905fe33c7"
 TOP = f"sagemaker-hyperpod-cli-{COMMIT}"
@@ -42,8 +42,8 @@ def fake_helm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         f'if [ "$1" = status ]; then grep -q "^upgrade --install" {log}; exit $?; fi\n'
     )
     script.chmod(0o755)
-    monkeypatch.setattr(index, "HELM", str(script))
-    monkeypatch.setattr(index, "write_kubeconfig", lambda _c, _r, work, session=None: work / "kubeconfig.json")
+    monkeypatch.setattr(installer, "HELM", str(script))
+    monkeypatch.setattr(installer, "write_kubeconfig", lambda _c, _r, work, session=None: work / "kubeconfig.json")
     return log
 
 
@@ -87,7 +87,7 @@ CHART = {
 
 def test_create_installs_the_pinned_chart_without_waiting(fake_helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     urls = _serve(monkeypatch, _archive(CHART))
-    result = index.on_event(_event("Create"), None)
+    result = installer.on_event(_event("Create"), None)
     assert result == {"PhysicalResourceId": "kube-system/hyperpod-dependencies", "Data": {"Commit": COMMIT}}
     assert urls == [f"https://codeload.github.com/aws/sagemaker-hyperpod-cli/tar.gz/{COMMIT}"]
     calls = fake_helm.read_text().splitlines()
@@ -100,11 +100,11 @@ def test_create_installs_the_pinned_chart_without_waiting(fake_helm: Path, monke
 
 def test_delete_uninstalls_only_what_it_installed(fake_helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _serve(monkeypatch, _archive(CHART))
-    index.on_event(_event("Create"), None)
-    index.on_event(_event("Delete", "kube-system/hyperpod-dependencies"), None)
+    installer.on_event(_event("Create"), None)
+    installer.on_event(_event("Delete", "kube-system/hyperpod-dependencies"), None)
     assert "uninstall hyperpod-dependencies --namespace kube-system" in fake_helm.read_text()
     fake_helm.write_text("")
-    index.on_event(_event("Delete", "some-other-id"), None)  # a failed create leaves a foreign id
+    installer.on_event(_event("Delete", "some-other-id"), None)  # a failed create leaves a foreign id
     assert "uninstall" not in fake_helm.read_text()
 
 
@@ -115,20 +115,20 @@ def test_delete_of_a_foreign_id_reads_no_cluster(monkeypatch: pytest.MonkeyPatch
     def gone(*_args: Any, **_kwargs: Any) -> Path:
         raise RuntimeError("DescribeCluster kvtier-dev: ResourceNotFoundException")
 
-    monkeypatch.setattr(index, "write_kubeconfig", gone)
-    result = index.on_event(_event("Delete", "AWSCDK::CustomResourceProviderFramework::CREATE_FAILED"), None)
+    monkeypatch.setattr(installer, "write_kubeconfig", gone)
+    result = installer.on_event(_event("Delete", "AWSCDK::CustomResourceProviderFramework::CREATE_FAILED"), None)
     assert result == {"PhysicalResourceId": "kube-system/hyperpod-dependencies"}
 
 
 def test_missing_chart_and_helm_failures_are_reported(fake_helm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _serve(monkeypatch, _archive({f"{TOP}/README.md": b"x"}))
     with pytest.raises(RuntimeError, match="helm_chart/HyperPodHelmChart not found in aws/sagemaker-hyperpod-cli@"):
-        index.on_event(_event("Create"), None)
+        installer.on_event(_event("Create"), None)
     _serve(monkeypatch, _archive(CHART))
-    failing = Path(index.HELM)
+    failing = Path(installer.HELM)
     failing.write_text("#!/usr/bin/env bash\necho 'Error: cluster unreachable' >&2\nexit 1\n")
     with pytest.raises(RuntimeError, match="helm dependency failed: Error: cluster unreachable"):
-        index.on_event(_event("Update"), None)
+        installer.on_event(_event("Update"), None)
 
 
 def test_extraction_refuses_paths_that_escape(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -136,7 +136,7 @@ def test_extraction_refuses_paths_that_escape(tmp_path: Path, monkeypatch: pytes
     evil[f"{TOP}/helm_chart/HyperPodHelmChart/../../../../escape.txt"] = b"x"
     _serve(monkeypatch, _archive(evil))
     with pytest.raises(tarfile.OutsideDestinationError):
-        index.fetch_chart("aws/sagemaker-hyperpod-cli", COMMIT, "helm_chart/HyperPodHelmChart", tmp_path)
+        installer.fetch_chart("aws/sagemaker-hyperpod-cli", COMMIT, "helm_chart/HyperPodHelmChart", tmp_path)
     assert not (tmp_path.parent / "escape.txt").exists()
 
 
@@ -147,7 +147,7 @@ def _session() -> boto3.session.Session:
 
 
 def test_token_is_a_presigned_sts_call_naming_the_cluster() -> None:
-    token = index.eks_token(_session(), "kvtier-dev", "us-west-2")
+    token = cluster_access.eks_token(_session(), "kvtier-dev", "us-west-2")
     assert token.startswith("k8s-aws-v1.")
     encoded = token.removeprefix("k8s-aws-v1.")
     url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
@@ -180,7 +180,7 @@ def test_kubeconfig_uses_the_cluster_endpoint_and_ca(tmp_path: Path, monkeypatch
         ),
     )
     with stubber:
-        path = index.write_kubeconfig("kvtier-dev", "us-west-2", tmp_path, session=session)
+        path = cluster_access.write_kubeconfig("kvtier-dev", "us-west-2", tmp_path, session=session)
     config = json.loads(path.read_text())
     assert config["clusters"][0]["cluster"] == {
         "server": "https://ABC.gr7.us-west-2.eks.amazonaws.com",
@@ -195,11 +195,11 @@ def test_a_helm_that_outlives_the_lambda_reports_its_own_error(
     fake_helm: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _serve(monkeypatch, _archive(CHART))
-    Path(index.HELM).write_text("#!/usr/bin/env bash\nsleep 30\n")
+    Path(installer.HELM).write_text("#!/usr/bin/env bash\nsleep 30\n")
 
     class Context:
         def get_remaining_time_in_millis(self) -> int:
-            return (index.SAFETY_MARGIN_S + 1) * 1000  # one second of work left
+            return (installer.SAFETY_MARGIN_S + 1) * 1000  # one second of work left
 
     with pytest.raises(RuntimeError, match="helm dependency did not finish in the time this Lambda had left"):
-        index.on_event(_event("Create"), Context())
+        installer.on_event(_event("Create"), Context())

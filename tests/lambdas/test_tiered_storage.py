@@ -1,8 +1,11 @@
-"""The Tiered Storage custom-resource handler, on a real SageMaker client behind botocore's Stubber (which validates
-every request and response against the service model)."""
+"""The Tiered Storage custom-resource handler, on real SageMaker and SSM clients behind botocore's Stubber (which
+validates every request and response against the service model). SSM holds the poll state: which request kvtier's
+own UpdateCluster was sent for, and when (index.PollState)."""
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +18,8 @@ from kvtier.lambdas.tiered_storage import index
 
 ARN = "arn:aws:sagemaker:us-west-2:111122223333:cluster/abcdef123456"
 PERCENT = "InstanceMemoryAllocationPercentage"
+STATE = "/kvtier/byoc/tiered-storage-poll-state"
+FORWARD, ROLLBACK = "request-forward", "request-rollback"  # CloudFormation RequestIds
 
 
 @pytest.fixture()
@@ -29,6 +34,31 @@ def stub(client: Any) -> Iterator[Stubber]:
     with Stubber(client) as stubber:
         yield stubber
         stubber.assert_no_pending_responses()
+
+
+@pytest.fixture(autouse=True)
+def ssm(monkeypatch: pytest.MonkeyPatch) -> Iterator[Stubber]:
+    """The poll state's SSM client, behind its own Stubber (raising=False: the handler before issue 37 had none, and
+    the replays below must fail on it for what it does, not for a missing attribute)."""
+    client = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing")
+    monkeypatch.setenv("POLL_STATE_PARAMETER", STATE)  # what the construct sets (index.STATE_PARAMETER_ENV)
+    monkeypatch.setattr(index, "_ssm_client", lambda: client, raising=False)
+    with Stubber(client) as stubber:
+        yield stubber
+        stubber.assert_no_pending_responses()
+
+
+def _state(ssm: Stubber, request: str | None = None, at: int = 0) -> None:
+    """One poll's read of the state: kvtier's UpdateCluster was sent for `request` at `at` (None: never sent)."""
+    value = json.dumps({"RequestId": request, "UpdatedAt": at}) if request else "{}"
+    parameter = {"Name": STATE, "Type": "String", "Value": value, "Version": 1}
+    ssm.add_response("get_parameter", {"Parameter": parameter}, {"Name": STATE})
+
+
+def _record(ssm: Stubber, request: str, at: int) -> None:
+    """kvtier records its accepted UpdateCluster: this request, at this time."""
+    value = json.dumps({"RequestId": request, "UpdatedAt": at})
+    ssm.add_response("put_parameter", {"Version": 2}, {"Name": STATE, "Value": value, "Overwrite": True})
 
 
 def _described(
@@ -49,10 +79,13 @@ def _described(
     return response
 
 
-def _event(kind: str, percent: str = "20", physical_id: str | None = None, **extra: Any) -> dict[str, Any]:
+def _event(
+    kind: str, percent: str = "20", physical_id: str | None = None, request: str = FORWARD, **extra: Any
+) -> dict[str, Any]:
     # CloudFormation passes custom-resource properties as strings.
     event: dict[str, Any] = {
         "RequestType": kind,
+        "RequestId": request,
         "ResourceProperties": {
             "ServiceToken": "arn:aws:lambda:x",
             "ClusterName": ARN,
@@ -103,8 +136,9 @@ def test_create_changes_a_different_percentage_and_records_it(client: Any, stub:
     assert result["Data"]["Setting"] == "Enable-20"
 
 
-def test_rejection_fails_with_awss_message(client: Any, stub: Stubber) -> None:
+def test_rejection_fails_with_awss_message(client: Any, stub: Stubber, ssm: Stubber) -> None:
     _expect_describe(stub, _described())
+    _state(ssm)
     stub.add_client_error(
         "update_cluster",
         service_error_code="ValidationException",
@@ -166,16 +200,18 @@ def test_update_already_as_asked_keeps_the_id(client: Any, stub: Stubber) -> Non
 # ---- delete --------------------------------------------------------------------------------------------------------
 
 
-def test_delete_restores_what_kvtier_replaced(client: Any, stub: Stubber) -> None:
+def test_delete_restores_what_kvtier_replaced(client: Any, stub: Stubber, ssm: Stubber) -> None:
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}, recovery="Automatic"))
     result = index.on_event(_event("Delete", physical_id=f"{index.PREFIX}/{ARN}/Disable"), None, client)
     assert result["Data"]["Changed"] == "true"
     assert result["Data"]["Setting"] == "Disable"
     # is_complete makes the call, with the cluster's NodeRecovery passed back
     _expect_describe(stub, _described(tiered={"Mode": "Enable", PERCENT: 20}, recovery="Automatic"))
+    _state(ssm)
     _expect_update(stub, {"Mode": "Disable"}, recovery="Automatic")
+    _record(ssm, FORWARD, 5000)
     event = {**_event("Delete", physical_id=result["PhysicalResourceId"]), "Data": result["Data"]}
-    assert index.is_complete(event, None, client) == {"IsComplete": False}
+    assert index.is_complete(event, None, client, now=lambda: 5000.0) == {"IsComplete": False}
 
 
 def test_delete_restores_a_previous_percentage(client: Any, stub: Stubber) -> None:
@@ -209,22 +245,27 @@ def test_delete_of_a_vanished_cluster_succeeds(client: Any, stub: Stubber) -> No
 # ---- is-complete polling -------------------------------------------------------------------------------------------
 
 
-def _waiting(kind: str = "Create", setting: str = "Enable-20", requested: int = 1000) -> dict[str, Any]:
+def _waiting(
+    kind: str = "Create", setting: str = "Enable-20", requested: int = 1000, request: str = FORWARD
+) -> dict[str, Any]:
     return _event(
         kind,
         physical_id=f"{index.PREFIX}/{ARN}/Disable",
+        request=request,
         Data={"Changed": "true", "Setting": setting, "RequestedAt": str(requested)},
     )
 
 
-def test_is_complete_polls_until_in_service_with_the_setting(client: Any, stub: Stubber) -> None:
+def test_is_complete_polls_until_in_service_with_the_setting(client: Any, stub: Stubber, ssm: Stubber) -> None:
     enabled = {"Mode": "Enable", PERCENT: 20}
     _expect_describe(stub, _described("InService", {"Mode": "Disable"}))  # first poll: ask for the change
+    _state(ssm)
     _expect_update(stub, enabled)
+    _record(ssm, FORWARD, 1000)
     assert index.is_complete(_waiting(), None, client, now=lambda: 1000.0) == {"IsComplete": False}
-    _expect_describe(stub, _described("InService", enabled))  # right after the request: not settled yet
-    _expect_describe(stub, _described("Updating", enabled))
-    _expect_describe(stub, _described("InService", enabled))
+    for status in ("InService", "Updating", "InService"):  # right after the call: not settled yet
+        _expect_describe(stub, _described(status, enabled))
+        _state(ssm, FORWARD, 1000)
     start = 1000.0
     assert index.is_complete(_waiting(), None, client, now=lambda: start + 1) == {"IsComplete": False}
     assert index.is_complete(_waiting(), None, client, now=lambda: start + 30) == {"IsComplete": False}
@@ -232,14 +273,18 @@ def test_is_complete_polls_until_in_service_with_the_setting(client: Any, stub: 
     assert index.is_complete(_waiting(), None, client, now=lambda: later) == {"IsComplete": True}
 
 
-def test_is_complete_fails_on_a_failed_cluster_with_its_message(client: Any, stub: Stubber) -> None:
+def test_is_complete_fails_on_a_failed_cluster_with_its_message(client: Any, stub: Stubber, ssm: Stubber) -> None:
     _expect_describe(stub, _described("Failed"))
+    _state(ssm)
     with pytest.raises(RuntimeError, match="Failed after the Tiered Storage update: instance group inference"):
         index.is_complete(_waiting(), None, client, now=lambda: 5000.0)
 
 
-def test_is_complete_fails_when_the_setting_did_not_take_within_the_deadline(client: Any, stub: Stubber) -> None:
+def test_is_complete_fails_when_the_setting_did_not_take_within_the_deadline(
+    client: Any, stub: Stubber, ssm: Stubber
+) -> None:
     _expect_describe(stub, _described("InService", {"Mode": "Disable"}))
+    _state(ssm)
     with pytest.raises(RuntimeError, match=r"still InService with Tiered Storage Disable, not Enable-20"):
         index.is_complete(_waiting(), None, client, now=lambda: 1000.0 + index.DEADLINE_S)
 
@@ -250,8 +295,9 @@ def test_is_complete_needs_no_call_when_nothing_changed(client: Any) -> None:
     assert index.is_complete(event, None, client) == {"IsComplete": True}
 
 
-def test_is_complete_after_a_restore_on_delete(client: Any, stub: Stubber) -> None:
+def test_is_complete_after_a_restore_on_delete(client: Any, stub: Stubber, ssm: Stubber) -> None:
     _expect_describe(stub, _described("InService", {"Mode": "Disable"}))
+    _state(ssm, FORWARD, 4000)
     assert index.is_complete(_waiting("Delete", "Disable"), None, client, now=lambda: 5000.0) == {"IsComplete": True}
 
 
@@ -288,7 +334,7 @@ def test_percentage_is_matched_only_when_enabled() -> None:
 # ---- issue 26: a rollback while HyperPod is still busy (reviews-2026-12-b AWS finding 2, replayed) -----------------
 
 
-def test_rollback_update_waits_until_in_service_then_restores(client: Any, stub: Stubber) -> None:
+def test_rollback_update_waits_until_in_service_then_restores(client: Any, stub: Stubber, ssm: Stubber) -> None:
     """The forward update (20 -> 30) gave up while HyperPod was still Updating; CloudFormation's rollback sends an
     Update back to 20. Before the fix on_event called UpdateCluster at once, HyperPod answered "Cluster is in
     Updating state" and the stack ended in UPDATE_ROLLBACK_FAILED. Now on_event calls nothing; is_complete waits while Updating and SystemUpdating,
@@ -296,24 +342,154 @@ def test_rollback_update_waits_until_in_service_then_restores(client: Any, stub:
     recorded = f"{index.PREFIX}/{ARN}/Disable"
     at_30, at_20 = {"Mode": "Enable", PERCENT: 30}, {"Mode": "Enable", PERCENT: 20}
     _expect_describe(stub, _described("Updating", at_30, recovery="Automatic"))
-    result = index.on_event(_event("Update", "20", recorded), None, client)  # any UpdateCluster here fails the stub
-    event = {**_event("Update", "20", recorded), "Data": {**result["Data"], "RequestedAt": "1000"}}
+    result = index.on_event(_event("Update", "20", recorded, ROLLBACK), None, client)  # no UpdateCluster here
+    event = {**_event("Update", "20", recorded, ROLLBACK), "Data": {**result["Data"], "RequestedAt": "1000"}}
     _expect_describe(stub, _described("Updating", at_30, recovery="Automatic"))
+    _state(ssm, FORWARD, 900)
     assert index.is_complete(event, None, client, now=lambda: 1030.0) == {"IsComplete": False}
     _expect_describe(stub, _described("SystemUpdating", at_30, recovery="Automatic"))
+    _state(ssm, FORWARD, 900)
     assert index.is_complete(event, None, client, now=lambda: 1060.0) == {"IsComplete": False}
     _expect_describe(stub, _described("InService", at_30, recovery="Automatic"))
+    _state(ssm, FORWARD, 900)
     stub.add_client_error(
         "update_cluster",
         service_error_code="ValidationException",
         service_message="Cluster ml-cluster is in SystemUpdating state",
         http_status_code=400,
     )
-    assert index.is_complete(event, None, client, now=lambda: 1090.0) == {"IsComplete": False}
+    assert index.is_complete(event, None, client, now=lambda: 1090.0) == {"IsComplete": False}  # busy: not recorded
     _expect_describe(stub, _described("InService", at_30, recovery="Automatic"))
+    _state(ssm, FORWARD, 900)
     _expect_update(stub, at_20, recovery="Automatic")
+    _record(ssm, ROLLBACK, 1120)
     assert index.is_complete(event, None, client, now=lambda: 1120.0) == {"IsComplete": False}
     _expect_describe(stub, _described("Updating", at_20, recovery="Automatic"))
+    _state(ssm, ROLLBACK, 1120)
     assert index.is_complete(event, None, client, now=lambda: 1150.0) == {"IsComplete": False}
     _expect_describe(stub, _described("InService", at_20, recovery="Automatic"))
+    _state(ssm, ROLLBACK, 1120)
     assert index.is_complete(event, None, client, now=lambda: 1180.0) == {"IsComplete": True}
+
+
+# ---- issue 37: HyperPod's own rollback, and the settle window (reviews-2026-12-c AWS S2-5 and S3-6, replayed) ------
+# The handler before issue 37 fails the rollback replays (it raised on any RollingBack) and the settle replay (it
+# counted the window from the request): run this file against `git show 3792c29~1:kvtier/lambdas/...`.
+
+AT_20, AT_30 = {"Mode": "Enable", PERCENT: 20}, {"Mode": "Enable", PERCENT: 30}
+KEPT = f"{index.PREFIX}/{ARN}/Enable-20"  # the physical id: the owner had 20 before kvtier's first update
+
+
+def test_forward_update_fails_when_hyperpod_rolls_back_kvtiers_own_call(
+    client: Any, stub: Stubber, ssm: Stubber
+) -> None:
+    """20 -> 30: kvtier's UpdateCluster is accepted and recorded, HyperPod turns Updating, then RollingBack: that is
+    our update failing, and the forward request fails with HyperPod's message (CloudFormation then rolls back)."""
+    _expect_describe(stub, _described("InService", AT_20))
+    result = index.on_event(_event("Update", "30", KEPT, FORWARD), None, client)
+    event = {**_event("Update", "30", KEPT, FORWARD), "Data": {**result["Data"], "RequestedAt": "1000"}}
+    _expect_describe(stub, _described("InService", AT_20))
+    _state(ssm, "an-earlier-request", 100)
+    _expect_update(stub, AT_30)
+    _record(ssm, FORWARD, 1010)
+    assert index.is_complete(event, None, client, now=lambda: 1010.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("Updating", AT_30))
+    _state(ssm, FORWARD, 1010)
+    assert index.is_complete(event, None, client, now=lambda: 1040.0) == {"IsComplete": False}
+    rolling_back = {**_described("RollingBack", AT_30), "FailureMessage": "instance group inference: update failed"}
+    _expect_describe(stub, rolling_back)
+    _state(ssm, FORWARD, 1010)
+    with pytest.raises(RuntimeError, match="is RollingBack after the Tiered Storage update: instance group inference"):
+        index.is_complete(event, None, client, now=lambda: 1070.0)
+
+
+def test_rollback_arriving_during_rolling_back_waits_for_hyperpod(client: Any, stub: Stubber, ssm: Stubber) -> None:
+    """The review's replay: the forward update failed, CloudFormation's rollback Update (back to 20) arrives while
+    HyperPod is still RollingBack and reports the forward percentage. kvtier has sent nothing for this request, so
+    RollingBack is HyperPod undoing the forward call: wait; once HyperPod is back InService at 20 the rollback is
+    done, with no UpdateCluster at all. Before the fix the first poll raised: UPDATE_ROLLBACK_FAILED."""
+    _expect_describe(stub, _described("RollingBack", AT_30))
+    result = index.on_event(_event("Update", "20", KEPT, ROLLBACK), None, client)
+    assert result["Data"]["Changed"] == "true"  # DescribeCluster still shows the forward target
+    event = {**_event("Update", "20", KEPT, ROLLBACK), "Data": {**result["Data"], "RequestedAt": "2000"}}
+    for poll in (2000.0, 2030.0, 2060.0):
+        _expect_describe(stub, _described("RollingBack", AT_30))
+        _state(ssm, FORWARD, 1010)  # the forward request's call, not this one's
+        assert index.is_complete(event, None, client, now=functools.partial(float, poll)) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", AT_20))
+    _state(ssm, FORWARD, 1010)
+    assert index.is_complete(event, None, client, now=lambda: 2090.0) == {"IsComplete": True}  # no UpdateCluster
+
+
+def test_rollback_arriving_after_rolling_back_restores_and_settles_from_its_call(
+    client: Any, stub: Stubber, ssm: Stubber
+) -> None:
+    """The rollback Update arrives after HyperPod's RollingBack ended, with the cluster InService still at 30: kvtier
+    calls UpdateCluster (recorded for this request), waits SETTLE_S from that call, and is done at 20. A RollingBack
+    after this call would be our restore failing, and fails."""
+    _expect_describe(stub, _described("InService", AT_30))
+    result = index.on_event(_event("Update", "20", KEPT, ROLLBACK), None, client)
+    event = {**_event("Update", "20", KEPT, ROLLBACK), "Data": {**result["Data"], "RequestedAt": "3000"}}
+    _expect_describe(stub, _described("InService", AT_30))
+    _state(ssm, FORWARD, 1010)
+    _expect_update(stub, AT_20)
+    _record(ssm, ROLLBACK, 3030)
+    assert index.is_complete(event, None, client, now=lambda: 3030.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", AT_20))  # still InService right after the call: not settled
+    _state(ssm, ROLLBACK, 3030)
+    assert index.is_complete(event, None, client, now=lambda: 3060.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", AT_20))
+    _state(ssm, ROLLBACK, 3030)
+    assert index.is_complete(event, None, client, now=lambda: 3030.0 + index.SETTLE_S) == {"IsComplete": True}
+    _expect_describe(stub, _described("RollingBack", AT_20))
+    _state(ssm, ROLLBACK, 3030)
+    with pytest.raises(RuntimeError, match="RollingBack after the Tiered Storage update"):
+        index.is_complete(event, None, client, now=lambda: 3120.0)
+
+
+def test_the_settle_window_starts_at_kvtiers_call_not_at_the_request(client: Any, stub: Stubber, ssm: Stubber) -> None:
+    """S3-6: the cluster was busy for 200 s after the request; kvtier's UpdateCluster goes out at 1200. A poll 30 s
+    later that reads InService with the target is HyperPod not yet Updating, not done. Before the fix the window ran
+    from the request (1000), so that poll completed at once."""
+    event = _waiting(requested=1000)
+    _expect_describe(stub, _described("Updating", {"Mode": "Disable"}))
+    _state(ssm)
+    assert index.is_complete(event, None, client, now=lambda: 1100.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", {"Mode": "Disable"}))
+    _state(ssm)
+    _expect_update(stub, AT_20)
+    _record(ssm, FORWARD, 1200)
+    assert index.is_complete(event, None, client, now=lambda: 1200.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", AT_20))
+    _state(ssm, FORWARD, 1200)
+    assert index.is_complete(event, None, client, now=lambda: 1230.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("Updating", AT_20))
+    _state(ssm, FORWARD, 1200)
+    assert index.is_complete(event, None, client, now=lambda: 1245.0) == {"IsComplete": False}
+    _expect_describe(stub, _described("InService", AT_20))
+    _state(ssm, FORWARD, 1200)
+    assert index.is_complete(event, None, client, now=lambda: 1260.0) == {"IsComplete": True}
+
+
+def test_a_failed_cluster_fails_even_before_kvtiers_call(client: Any, stub: Stubber, ssm: Stubber) -> None:
+    """Only RollingBack waits for kvtier's call; Failed and Deleting fail at once, as before."""
+    for status in ("Failed", "Deleting"):
+        _expect_describe(stub, _described(status))
+        _state(ssm)
+        with pytest.raises(RuntimeError, match=f"is {status} after the Tiered Storage update"):
+            index.is_complete(_waiting(), None, client, now=lambda: 1030.0)
+
+
+def test_the_poll_state_is_read_only_for_its_own_request() -> None:
+    """A record of another request (the forward one, seen by the rollback) or an unreadable value is 'not sent'."""
+    ssm = boto3.client("ssm", region_name="us-west-2", aws_access_key_id="testing", aws_secret_access_key="testing")
+    state = index.PollState(ssm, STATE)
+    with Stubber(ssm) as stubber:
+        for value in (json.dumps({"RequestId": FORWARD, "UpdatedAt": 5}), "{}", "not json"):
+            stubber.add_response("get_parameter", {"Parameter": {"Name": STATE, "Value": value}}, {"Name": STATE})
+        assert state.sent_at(FORWARD) == 5.0
+        assert state.sent_at(ROLLBACK) is None
+        assert state.sent_at(ROLLBACK) is None
+        stubber.add_client_error("get_parameter", service_error_code="AccessDeniedException", service_message="no")
+        with pytest.raises(RuntimeError, match=f"GetParameter {STATE}: AccessDeniedException: no"):
+            state.sent_at(FORWARD)

@@ -710,9 +710,11 @@ def test_named_bucket_access_checks_no_bucket_tags(east: Stubs, prod: Config) ->
 def test_cli_json_and_exit_codes(east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any) -> None:
     monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
     _ready_prod(east, prod)
+    _encryption(east)  # search's bucket, read in either bucket-access mode (issue 37)
     assert cli(["preflight", "-e", "prod", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["ready"] is True
     _ready_prod(east, prod, bootstrap={"absent": True})
+    _encryption(east)
     assert cli(["preflight", "-e", "prod"]) == 1
     assert "not ready" in capsys.readouterr().out
 
@@ -726,6 +728,7 @@ def test_cli_names_an_untagged_model_bucket(
     monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
     _ready_prod(east, prod)
     _model_bucket(east, tags=[])
+    _encryption(east)
     assert cli(["preflight", "-e", "prod", "--config-dir", str(config_copy), "--json"]) == 1
     bad = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["verdict"] != "ok"]
     assert [(c["area"], c["name"]) for c in bad] == [("model bucket", MODEL_BUCKET)]
@@ -897,3 +900,138 @@ def test_an_admin_of_another_account_is_not_checked(east: Stubs, prod: Config) -
     _ready_prod(east, prod, admins=lambda s: None)
     [check] = _admin(collect(_with_admins(prod, arn).env, east.clients))
     assert (check.verdict, check.value) == ("unknown", "account 444455556666")
+
+
+# ---- model buckets encrypted with a customer managed KMS key (issue 37) --------------------------------------------
+
+KEY = "arn:aws:kms:us-east-1:444455556666:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+OTHER_KEY = "arn:aws:kms:us-east-1:444455556666:key/mrk-0123456789abcdef0123456789abcdef"
+SEARCH = "config/lobs/search.yaml endpoints[0].model"
+
+
+def _encryption(
+    s: Stubs, bucket: str = MODEL_BUCKET, algorithm: str = "AES256", key: str | None = None, error: str = ""
+) -> None:
+    """s3:GetBucketEncryption of one bucket: its default (`algorithm`, `key`), or the error code `error`."""
+    if error:
+        s["s3"].add_client_error(
+            "get_bucket_encryption", service_error_code=error, service_message=f"{error} (test)", http_status_code=403
+        )
+        return
+    default: dict[str, str] = {"SSEAlgorithm": algorithm, **({"KMSMasterKeyID": key} if key else {})}
+    rules = [{"ApplyServerSideEncryptionByDefault": default, "BucketKeyEnabled": True}]
+    s["s3"].add_response(
+        "get_bucket_encryption", {"ServerSideEncryptionConfiguration": {"Rules": rules}}, {"Bucket": bucket}
+    )
+
+
+def _sources(*keys: str | None) -> list[preflight.ModelSource]:
+    return [preflight.ModelSource(MODEL_BUCKET, f"{SEARCH}-{i}" if i else SEARCH, k) for i, k in enumerate(keys)]
+
+
+def _key_check(report: preflight.PreflightReport) -> Check:
+    [check] = [c for c in report.checks if c.area == "model key"]
+    return check
+
+
+def test_a_kms_bucket_whose_key_every_source_names_passes(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms", key=KEY)
+    report = collect(prod.env, east.clients, (), _sources(KEY, KEY))
+    assert report.ready, _bad(report)
+    assert (_key_check(report).value, _key_check(report).verdict) == (KEY, "ok")
+
+
+def test_a_kms_bucket_says_which_key_is_missing_and_where(east: Stubs, prod: Config) -> None:
+    """The finding: a bucket encrypted with a customer managed key whose source names no key. Before issue 37
+    preflight read no bucket's encryption, and the first download failed with AccessDenied at run time."""
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms", key=KEY)
+    report = collect(prod.env, east.clients, (), _sources(None))
+    assert _bad(report) == [("model key", MODEL_BUCKET, "problem")]
+    assert _key_check(report).detail.startswith(
+        f"the bucket encrypts new objects with this KMS key; {SEARCH} names no key: add `kms_key_arn: {KEY}`"
+    )
+    assert report.exit_code == 1
+
+
+def test_a_kms_bucket_with_another_key_named_and_a_key_id_default(east: Stubs, prod: Config) -> None:
+    """The bucket's default given as a bare key id (S3 accepts it): compared by key id; a source naming another key
+    is a problem too, and the fix says how to get the ARN."""
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms:dsse", key="1234abcd-12ab-34cd-56ef-1234567890ab")
+    report = collect(prod.env, east.clients, (), _sources(KEY, OTHER_KEY))
+    check = _key_check(report)
+    assert check.verdict == "problem"
+    assert f"{SEARCH}-1 names {OTHER_KEY}" in check.detail
+    assert "`aws kms describe-key --key-id 1234abcd-12ab-34cd-56ef-1234567890ab`" in check.detail
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "key", "value"),
+    [
+        ("AES256", None, "AES256 (SSE-S3)"),
+        ("aws:kms", None, "aws:kms, AWS managed key aws/s3"),
+    ],
+)
+def test_a_bucket_without_a_customer_managed_key_needs_none(
+    east: Stubs, prod: Config, algorithm: str, key: str | None, value: str
+) -> None:
+    _ready_prod(east, prod)
+    _encryption(east, algorithm=algorithm, key=key)
+    report = collect(prod.env, east.clients, (), _sources(None))
+    assert report.ready, _bad(report)
+    assert _key_check(report).value == value
+
+
+def test_a_bucket_without_default_encryption_needs_no_key(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    _not_found(
+        east,
+        "s3",
+        "get_bucket_encryption",
+        "ServerSideEncryptionConfigurationNotFoundError",
+        {"Bucket": MODEL_BUCKET},
+        status=404,
+    )
+    assert collect(prod.env, east.clients, (), _sources(None)).ready
+
+
+def test_a_bucket_default_that_names_an_alias_is_unknown_with_the_command(east: Stubs, prod: Config) -> None:
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms", key="alias/models")
+    check = _key_check(collect(prod.env, east.clients, (), _sources(KEY)))
+    assert (check.verdict, check.value) == ("unknown", "alias/models")
+    assert "aws kms describe-key --key-id alias/models --query KeyMetadata.Arn" in check.detail
+
+
+def test_a_refused_encryption_read_is_unknown_naming_the_call(east: Stubs, prod: Config) -> None:
+    """An API error is a finding with the call that failed, never an exception (the bucket's owner may be another
+    account that grants no s3:GetEncryptionConfiguration)."""
+    _ready_prod(east, prod)
+    _encryption(east, error="AccessDenied")
+    report = collect(prod.env, east.clients, (), _sources(KEY))
+    assert _bad(report) == [("model key", MODEL_BUCKET, "unknown")]
+    assert _key_check(report).detail == "s3:GetBucketEncryption: AccessDenied: AccessDenied (test)"
+
+
+def test_cli_checks_the_key_a_lob_file_names(
+    east: Stubs, prod: Config, monkeypatch: pytest.MonkeyPatch, capsys: Any, config_copy: Path
+) -> None:
+    """search.yaml with and without `kms_key_arn`, against a bucket encrypted with that key."""
+    monkeypatch.setattr(preflight, "clients", lambda _env, _profile=None: east.clients)
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms", key=KEY)
+    assert cli(["preflight", "-e", "prod", "--config-dir", str(config_copy), "--json"]) == 1
+    [bad] = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["verdict"] != "ok"]
+    assert (bad["area"], bad["name"]) == ("model key", MODEL_BUCKET)
+    assert f"{config_copy}/lobs/search.yaml endpoints[0].model names no key: add `kms_key_arn: {KEY}`" in bad["detail"]
+    lob = config_copy / "lobs" / "search.yaml"
+    lob.write_text(
+        lob.read_text().replace(
+            'weights_version: "2026-12-01"}', f'weights_version: "2026-12-01", kms_key_arn: {KEY}}}'
+        )
+    )
+    _ready_prod(east, prod)
+    _encryption(east, algorithm="aws:kms", key=KEY)
+    assert cli(["preflight", "-e", "prod", "--config-dir", str(config_copy), "--json"]) == 0, capsys.readouterr()

@@ -121,6 +121,27 @@ def test_upgrade_from_position_ids_keeps_every_deployed_entry(
     assert gone == {_entries(old)[ADMIN]}
 
 
+def test_validate_previous_refuses_the_reviews_in_place_replacement(
+    monkeypatch: pytest.MonkeyPatch, config_copy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The review's reproduction, both sides synthesized with the list-position ids (the break switch): dev with
+    [PlatformAdmin, OnCall], then [OnCall]. OnCall would be created under PlatformAdmin's logical id while its own
+    entry still exists (409, rollback); `validate --previous` called that valid before issue 37, now it refuses it in
+    one line per entry, naming the id, both principals and the list that keeps the deployed ids."""
+    monkeypatch.setenv("KVTIER_ADMIN_IDS_BREAK", "index")
+    config = _admins(config_copy, [ADMIN, ON_CALL])
+    old = synthesize("dev", tmp_path / "old", config)
+    [first] = [lid for arn, lid in _entries(old).items() if arn == ADMIN]
+    _admins(config, [ON_CALL])
+    assert cli(["validate", "--config-dir", str(config), "--previous", str(old.outdir)]) == 1
+    [refused] = [line for line in capsys.readouterr().err.splitlines() if "refused:" in line]
+    assert (
+        f'kvtier-dev-cluster: EKS access entry {first}: "{ADMIN}" -> "{ON_CALL}"; PrincipalArn is create-only'
+        in refused
+    )
+    assert f"add `index_keyed_admins: [{ADMIN}, {ON_CALL}]`" in refused
+
+
 def test_an_admin_of_another_partition_is_one_error_line(config_copy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     env = config_copy / "environments" / "prod.yaml"
     env.write_text(env.read_text().replace(ADMIN, "arn:aws-cn:iam::111122223333:role/PlatformAdmin"))

@@ -113,6 +113,25 @@ def test_tiered_storage_roles_are_least_privilege(byoc: Synth) -> None:
     assert not [s for s in _statements(byoc, "cluster") if "iam:PassRole" in json.dumps(s["Action"])]
 
 
+def test_the_waiter_records_its_update_call_in_its_own_parameter(byoc: Synth) -> None:
+    """Issue 37: is_complete records which request its UpdateCluster was sent for in an SSM parameter of its own
+    (the framework passes the same event to every poll); it may read and write that parameter and no other."""
+    [(parameter_id, parameter)] = byoc.resources("cluster", "AWS::SSM::Parameter").items()
+    assert _props(parameter)["Value"] == "{}"
+    functions = byoc.resources("cluster", "AWS::Lambda::Function").values()
+    [is_complete] = [f for f in functions if _props(f)["Handler"] == "index.is_complete"]
+    assert _props(is_complete)["Environment"]["Variables"]["POLL_STATE_PARAMETER"] == {"Ref": parameter_id}
+    [state] = [s for s in _statements(byoc, "cluster") if s.get("Sid") == "PollState"]
+    assert sorted(state["Action"]) == ["ssm:GetParameter", "ssm:PutParameter"]
+    assert parameter_id in json.dumps(state["Resource"])
+    assert not [s for s in _statements(byoc, "cluster") if "ssm:" in json.dumps(s["Action"]) and s is not state]
+
+
+def test_no_system_node_gate_on_an_existing_cluster(byoc: Synth) -> None:
+    """Issue 37: the gate waits for the first system node of a cluster kvtier creates; an existing one has nodes."""
+    assert not [n for n, t in byoc.templates.items() if "Custom::KvtierSystemNodeGate" in json.dumps(t)]
+
+
 def test_kubectl_provider_runs_in_the_owners_vpc_with_an_admin_access_entry(byoc: Synth) -> None:
     functions = [
         _props(f) for f in byoc.resources("cluster", "AWS::Lambda::Function").values() if "VpcConfig" in _props(f)
@@ -159,8 +178,13 @@ def _manifests(synth: Synth) -> dict[str, Any]:
     for stack in [synth.stacks.platform, *synth.stacks.lobs]:
         kind = stack.stack_name.split("-", 2)[2]
         out[kind] = {
-            # Observability differs by design: dev runs the Prometheus Operator mode, byoc the HyperPod add-on's.
-            "charts": {c.node.id: c.manifests() for c in stack.outputs.charts if "observability" not in c.node.id},
+            # Observability differs by design: dev runs the Prometheus Operator mode, byoc the HyperPod add-on's; so
+            # does the system-node gate's RBAC (issue 37: a cluster kvtier creates only, an existing one has nodes).
+            "charts": {
+                c.node.id: c.manifests()
+                for c in stack.outputs.charts
+                if "observability" not in c.node.id and c.node.id != "node-gate"
+            },
             "releases": [dict(vars(release)) for release in stack.outputs.releases],
         }
     return out

@@ -10,7 +10,12 @@ aws-hyperpod.md 1-2). It runs under the CDK custom-resource Provider framework: 
   is refused and the stack ends in UPDATE_ROLLBACK_FAILED.
 - is_complete, on each poll: waits while the cluster is not InService (Creating, Updating, SystemUpdating); calls
   UpdateCluster when it is InService without the target (a "cluster is busy" ValidationException means "wait");
-  is done when it is InService with the target. UpdateCluster carries `TieredStorageConfig` and the cluster's
+  is done when it is InService with the target, and, if it called UpdateCluster, SETTLE_S after that call.
+- `RollingBack` before kvtier's own UpdateCluster of this request means "wait": HyperPod is undoing an earlier update
+  (typically the forward update this rollback's request undoes), not ours. Only after kvtier's call does it mean our
+  update failed. The Provider framework gives is_complete the same event on every poll and refuses `Data` from a poll
+  that is not complete (docs/references.md "Issue 37"), so which request kvtier's call was sent for, and when, is
+  recorded in an SSM parameter of this resource (`POLL_STATE_PARAMETER`), keyed by CloudFormation's RequestId. UpdateCluster carries `TieredStorageConfig` and the cluster's
   current `NodeRecovery` passed back unchanged (an update with only `TieredStorageConfig` is rejected with a
   ValidationException; reference aws-hyperpod.md 2). No instance groups are passed, so no iam:PassRole is needed.
 - The setting found before kvtier changed it is kept in the physical id (CloudFormation sends nothing else back on
@@ -27,6 +32,7 @@ Runs in AWS Lambda; standard library and boto3 only.
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from collections.abc import Callable
@@ -44,9 +50,11 @@ if TYPE_CHECKING:
 PREFIX = "kvtier-tiered-storage"
 UNCHANGED = "unchanged"  # physical-id state: kvtier found the setting as asked and changed nothing
 # Right after UpdateCluster the cluster may still read InService before it turns Updating: InService counts as done
-# only after this many seconds (how long the transition takes is not documented; UNVERIFIED).
+# only this many seconds after kvtier's call (how long the transition takes is not documented; UNVERIFIED).
 SETTLE_S = 60
 FAILED = ("Failed", "RollingBack", "Deleting")
+ROLLING_BACK = "RollingBack"  # a failure only once kvtier's own UpdateCluster of this request was sent
+STATE_PARAMETER_ENV = "POLL_STATE_PARAMETER"  # the SSM parameter that records kvtier's UpdateCluster (PollState)
 # The Provider framework's waiter gives up after one hour in all (kvtier/constructs/tiered_storage.py TOTAL_TIMEOUT)
 # with a generic message; is_complete fails first, with HyperPod's status and message. RequestedAt is stamped after
 # two cold starts and each poll is 30 s plus the Lambda's run, so the margin is five minutes, not two polls.
@@ -142,7 +150,9 @@ def is_complete(
             return {"IsComplete": True}
         raise
     status = described["ClusterStatus"]
-    if status in FAILED:
+    state = _poll_state()
+    sent_at = state.sent_at(event["RequestId"])
+    if status in FAILED and not (status == ROLLING_BACK and sent_at is None):
         message = described.get("FailureMessage") or "no failure message"
         raise RuntimeError(f"HyperPod cluster {cluster[0]} is {status} after the Tiered Storage update: {message}")
     elapsed = now() - int(data.get("RequestedAt", "0"))
@@ -158,11 +168,13 @@ def is_complete(
             f"`aws sagemaker describe-cluster --cluster-name {cluster[0]}`"
         )
     if status == "InService" and not done:
-        update(sagemaker, cluster[0], target, described)
+        if update(sagemaker, cluster[0], target, described):
+            state.record(event["RequestId"], now())
         return {"IsComplete": False}
-    # Right after UpdateCluster the cluster may still read InService before it turns Updating.
-    if not done or elapsed < SETTLE_S:
-        _log("waiting", cluster=cluster[0], status=status)
+    # Right after UpdateCluster the cluster may still read InService before it turns Updating: the settle window
+    # starts at kvtier's call, not at the request (the cluster may have been busy for long before it).
+    if not done or (sent_at is not None and now() - sent_at < SETTLE_S):
+        _log("waiting", cluster=cluster[0], status=status, update_sent=sent_at is not None)
         return {"IsComplete": False}
     return {"IsComplete": True}
 
@@ -227,6 +239,51 @@ def parse_physical_id(physical_id: str) -> tuple[str, str] | None:
         return None
     cluster, _, state = physical_id[len(PREFIX) + 1 :].rpartition("/")
     return (cluster, state) if cluster and state else None
+
+
+# ---- the poll state ------------------------------------------------------------------------------------------------
+
+
+class PollState:
+    """The one request kvtier's UpdateCluster was last accepted for, and when: `{"RequestId": ..., "UpdatedAt": ...}`
+    in an SSM parameter of this resource. Keyed by RequestId, so a rollback's request never reads the forward
+    request's call as its own."""
+
+    def __init__(self, ssm: Any, name: str) -> None:  # an SSM client
+        self.ssm, self.name = ssm, name
+
+    def sent_at(self, request_id: str) -> float | None:
+        """When kvtier's UpdateCluster was accepted for `request_id`; None while it was not."""
+        try:
+            value = self.ssm.get_parameter(Name=self.name)["Parameter"].get("Value", "")
+        except ClientError as err:
+            raise RuntimeError(f"GetParameter {self.name}: {_aws_message(err)}") from err
+        try:
+            recorded = json.loads(value)
+        except json.JSONDecodeError:
+            recorded = None
+        if not isinstance(recorded, dict) or recorded.get("RequestId") != request_id:
+            return None
+        return float(recorded["UpdatedAt"])
+
+    def record(self, request_id: str, at: float) -> None:
+        value = json.dumps({"RequestId": request_id, "UpdatedAt": int(at)})
+        try:
+            self.ssm.put_parameter(Name=self.name, Value=value, Overwrite=True)
+        except ClientError as err:
+            raise RuntimeError(f"PutParameter {self.name}: {_aws_message(err)}") from err
+        _log("UpdateCluster sent", request=request_id, at=int(at))
+
+
+def _poll_state() -> PollState:
+    name = os.environ.get(STATE_PARAMETER_ENV)
+    if not name:
+        raise RuntimeError(f"{STATE_PARAMETER_ENV} is not set: this handler records its UpdateCluster there")
+    return PollState(_ssm_client(), name)
+
+
+def _ssm_client() -> Any:
+    return boto3.client("ssm")
 
 
 # ---- the API -------------------------------------------------------------------------------------------------------

@@ -5,13 +5,12 @@ so at deploy time this downloads the commit's source archive, takes that folder,
 without waiting for pods: the chart must be installed before the HyperPod cluster creates any node
 (reference aws-hyperpod.md 7). Synth stays offline and no chart code is vendored.
 
-Runs in AWS Lambda with the kubectl layer (helm at /opt/helm/helm); uses only the standard library and boto3.
+Runs in AWS Lambda with the kubectl layer (helm at /opt/helm/helm); uses only the standard library and boto3. The
+asset is the `eks_api` package (handler `eks_api.installer.on_event`), shared with the node gate (cluster_access).
 """
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import shutil
 import subprocess
@@ -22,8 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import boto3
-from botocore.signers import RequestSigner
+from .cluster_access import write_kubeconfig
 
 ARCHIVE_URL = "https://codeload.github.com/{repo}/tar.gz/{commit}"
 HELM = os.environ.get("HELM_BINARY", "/opt/helm/helm")
@@ -145,51 +143,3 @@ def _run_helm(args: list[str], kubeconfig: Path, timeout: float) -> subprocess.C
             "HELM_DATA_HOME": "/tmp/helm/data",
         },
     )
-
-
-def write_kubeconfig(cluster_name: str, region: str, work: Path, session: boto3.session.Session | None = None) -> Path:
-    """A kubeconfig (JSON is valid YAML) with a short-lived token from the Lambda's own role."""
-    session = session or boto3.session.Session(region_name=region)
-    cluster = session.client("eks", region_name=region).describe_cluster(name=cluster_name)["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": cluster_name,
-                "cluster": {
-                    "server": cluster["endpoint"],
-                    "certificate-authority-data": cluster["certificateAuthority"]["data"],
-                },
-            }
-        ],
-        "users": [{"name": "lambda", "user": {"token": eks_token(session, cluster_name, region)}}],
-        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": "lambda"}}],
-        "current-context": cluster_name,
-    }
-    path = work / "kubeconfig.json"
-    path.write_text(json.dumps(config), encoding="utf-8")
-    path.chmod(0o600)
-    return path
-
-
-def eks_token(session: boto3.session.Session, cluster_name: str, region: str) -> str:
-    """The bearer token `aws eks get-token` prints: a presigned STS GetCallerIdentity URL naming the cluster."""
-    sts = session.client("sts", region_name=region)
-    credentials = session.get_credentials()
-    if credentials is None:
-        raise RuntimeError("no AWS credentials in the Lambda environment")
-    signer = RequestSigner(sts.meta.service_model.service_id, region, "sts", "v4", credentials, session.events)
-    url = signer.generate_presigned_url(
-        {
-            "method": "GET",
-            "url": f"https://sts.{region}.amazonaws.com/?Action=GetCallerIdentity&Version=2011-06-15",
-            "body": {},
-            "headers": {"x-k8s-aws-id": cluster_name},
-            "context": {},
-        },
-        region_name=region,
-        expires_in=60,
-        operation_name="",
-    )
-    return "k8s-aws-v1." + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
