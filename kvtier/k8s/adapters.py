@@ -11,16 +11,22 @@ then never share an adapter's vLLM-connector L2 entries (the engine test's break
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from kvtier.config.adapters import ADAPTER_ROOT, Adapter, HuggingFaceAdapter, S3Adapter
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
+from kvtier.k8s.scripts import ADAPTER_CHECK, script_text
+from kvtier.k8s.scripts.adapter_check import SPEC_VAR
 from kvtier.k8s.security import container_security_context
 from kvtier.versions import ADAPTER_S3_IMAGE
 
 ADAPTER_VOLUME = "lora-adapters"
+CHECK_CONTAINER = "adapters-check"
+# A failed container's last log lines become its termination message, which `kvtier verify` reads from the pod.
+TERMINATION_MESSAGE = {"terminationMessagePolicy": "FallbackToLogsOnError"}
 PATH_BREAK = "KVTIER_ADAPTER_PATH_BREAK"
 POD_NAME_VAR = "KVTIER_POD_NAME"  # the Downward API's pod name, in the broken path only
 
@@ -91,6 +97,47 @@ def _fetch(env: Environment, engine_image: str, adapter: Adapter) -> dict[str, A
         "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
         "volumeMounts": [{"name": ADAPTER_VOLUME, "mountPath": ADAPTER_ROOT}],
         "securityContext": container_security_context(read_only_root=False),
+        **TERMINATION_MESSAGE,
+    }
+
+
+def _source(adapter: Adapter) -> str:
+    source = adapter.source
+    if isinstance(source, HuggingFaceAdapter):
+        return f"huggingface {source.id}@{source.revision}"
+    assert isinstance(source, S3Adapter)
+    return f"s3://{source.bucket}/{source.prefix.rstrip('/')}/ (weights_version {source.version})"
+
+
+def check_spec(endpoint: Endpoint) -> list[dict[str, Any]]:
+    """What the check container compares each fetched adapter with (scripts/adapter_check.py): its rank, and the
+    endpoint's model where the config does not name the adapter's base model itself."""
+    return [
+        {
+            "name": a.name,
+            "path": adapter_path(a),
+            "source": _source(a),
+            "rank": a.rank,
+            "base_model": None if a.base_model else endpoint.model.id,
+        }
+        for a in endpoint.adapters
+    ]
+
+
+def _check(endpoint: Endpoint, engine_image: str) -> dict[str, Any]:
+    """The last init container: every fetched adapter is a LoRA adapter of the configured rank, trained on the
+    endpoint's model, or the pod stops here with one line per problem (never a silent fallback to the base model)."""
+    spec = json.dumps(check_spec(endpoint), separators=(",", ":"))
+    return {
+        "name": CHECK_CONTAINER,
+        "image": engine_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-c", script_text(ADAPTER_CHECK)],
+        "env": [*_pod_name_env(), {"name": SPEC_VAR, "value": spec}],
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "256Mi"}},
+        "volumeMounts": [{"name": ADAPTER_VOLUME, "mountPath": ADAPTER_ROOT, "readOnly": True}],
+        "securityContext": container_security_context(read_only_root=True),
+        **TERMINATION_MESSAGE,
     }
 
 
@@ -100,7 +147,7 @@ def adapter_pod_parts(
     """(init containers, pod volumes, engine mounts, engine env) for the endpoint's adapters (all empty without)."""
     if not endpoint.adapters:
         return [], [], [], []
-    init = [_fetch(env, engine_image, a) for a in endpoint.adapters]
+    init = [*(_fetch(env, engine_image, a) for a in endpoint.adapters), _check(endpoint, engine_image)]
     volumes = [{"name": ADAPTER_VOLUME, "emptyDir": {"sizeLimit": "20Gi"}}]
     mounts = [{"name": ADAPTER_VOLUME, "mountPath": ADAPTER_ROOT, "readOnly": True}]
     return init, volumes, mounts, _pod_name_env()

@@ -18,7 +18,7 @@ from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
 from kvtier.connectors import connector_for, engine_image
 from kvtier.connectors.base import EngineWiring, MountedFiles
-from kvtier.k8s.adapters import adapter_pod_parts, lora_args, reads_s3
+from kvtier.k8s.adapters import TERMINATION_MESSAGE, adapter_pod_parts, lora_args, reads_s3
 from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.endpoint_names import (
@@ -150,6 +150,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "volumeMounts": mounts,
         # The vLLM image runs as root and writes its caches under /root and /tmp: root stays, the rest is dropped.
         "securityContext": container_security_context(read_only_root=False),
+        # Why it stopped (a missing adapter, a bad flag): its last log lines, which `kvtier verify` shows.
+        **TERMINATION_MESSAGE,
     }
     # What the connector's settings are (LMCache: its ConfigMap's whole data): a change rolls the pods.
     digest = hashlib.sha256(json.dumps(wiring.rollout, sort_keys=True).encode()).hexdigest()[:16]

@@ -7,6 +7,9 @@
 - Curvine: one ready worker on every GPU node, every master ready, and every L2 mount on every GPU node answering
   (the node's L2 healer is Ready only then).
 - Every LOB's `l2-cache` claim bound, and its Kyverno Policy ready where operator pods need the rewiring.
+- Every endpoint pod whose engine or init container (an adapter's fetch or check, issue 35) keeps failing: its exit
+  and the one line of its last log that says why (the container's termination message, which kvtier renders from
+  its logs on error), so a missing adapter or an engine that cannot start is one line, not a wiring pass.
 
 Pure functions over a `Snapshot` (what kvtier.ops.kube reads), so they are tested on stored objects. Names, labels and
 values come from the charts' own modules, so the checks follow the charts.
@@ -14,6 +17,7 @@ values come from the charts' own modules, so the checks follow the charts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from typing import Any
@@ -111,7 +115,7 @@ def endpoint_findings(config: Config, snapshot: Snapshot) -> list[Finding]:
                 findings.append(Finding("endpoint", subject, False, f"no running pod with {label} in {namespace}"))
             configmaps = [c for c in snapshot.configmaps if _namespace(c) == namespace]
             for pod in pods:
-                problems = pod_problems(endpoint, pod, configmaps)
+                problems = [*pod_problems(endpoint, pod, configmaps), *failing_containers(pod)]
                 message = "; ".join(problems) if problems else _wiring_ok(endpoint)
                 findings.append(Finding("endpoint", f"{subject} pod {_name(pod)}", not problems, message))
     return findings
@@ -141,6 +145,51 @@ def serving_container(endpoint: Endpoint, pod: Obj) -> Obj | None:
         if L2_MARKER in names or any(str(n).startswith(prefixes) for n in names):
             return container
     return None
+
+
+# Waiting reasons of a container that is being set up, not failing.
+STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+ERROR_LINE = re.compile(r"\b\w+(?:Error|Exception): \S")
+LINE_MAX = 300
+
+
+def why_it_failed(message: str) -> str:
+    """The line of a container's termination message (its last log lines) that says why: kvtier's own line (the
+    adapter check's), else the last `SomethingError: ...` (the exception that ended it), else the last line."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if not lines:
+        return "no log; read it with kubectl logs --previous"
+    for wanted in (lambda line: line.startswith("kvtier:"), lambda line: bool(ERROR_LINE.search(line))):
+        found = [line for line in lines if wanted(line)]
+        if found:
+            return found[-1][:LINE_MAX]
+    return lines[-1][:LINE_MAX]
+
+
+def failing_containers(pod: Obj) -> list[str]:
+    """Init and main containers of the pod that failed or cannot start, one line each (a running container is not
+    failing, whatever it did before)."""
+    status = pod.get("status", {})
+    out: list[str] = []
+    for kind, key in (("init container", "initContainerStatuses"), ("container", "containerStatuses")):
+        for container in status.get(key) or []:
+            state = container.get("state") or {}
+            waiting, ended = state.get("waiting") or {}, state.get("terminated") or {}
+            reason = waiting.get("reason")
+            if ended:
+                failed = ended if ended.get("exitCode", 0) != 0 else None
+            elif reason and reason not in STARTING:
+                failed = (container.get("lastState") or {}).get("terminated")
+            else:
+                continue
+            name = container.get("name", "?")
+            if failed:
+                again = f", {reason}, {container.get('restartCount', 0)} restarts" if reason else ""
+                why = why_it_failed(str(failed.get("message", "")))
+                out.append(f"{kind} {name} failed (exit {failed.get('exitCode')}{again}): {why}")
+            elif reason:
+                out.append(f"{kind} {name} is waiting: {reason}: {str(waiting.get('message', ''))[:LINE_MAX]}")
+    return out
 
 
 # ---- Curvine -------------------------------------------------------------------------------------------------------

@@ -110,10 +110,16 @@ def build_model(python: str, out: Path) -> float:
     started = time.monotonic()
     corpus_file = out.parent / "corpus.txt"
     corpus_file.write_text("\n".join(corpus(MODEL_SEED)), encoding="utf-8")
-    script = Path(__file__).resolve().parent / "tiny_model.py"
+    run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file)], "the tiny model")
+    return time.monotonic() - started
+
+
+def run_builder(python: str, script: str, args: list[str], what: str) -> None:
+    """Run one of this folder's build scripts in the engine venv, offline and bounded; EngineError if it fails."""
+    path = Path(__file__).resolve().parent / script
     try:
         done = subprocess.run(
-            [python, str(script), str(out), str(MODEL_SEED), str(corpus_file)],
+            [python, str(path), *args],
             capture_output=True,
             text=True,
             timeout=600,
@@ -121,10 +127,9 @@ def build_model(python: str, out: Path) -> float:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        raise EngineError("building the tiny model took over 600 s") from None
+        raise EngineError(f"building {what} took over 600 s") from None
     if done.returncode != 0:
-        raise EngineError(f"building the tiny model failed: {(done.stderr or done.stdout).strip()[-2000:]}")
-    return time.monotonic() - started
+        raise EngineError(f"building {what} failed: {(done.stderr or done.stdout).strip()[-2000:]}")
 
 
 @contextmanager

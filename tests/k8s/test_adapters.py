@@ -12,7 +12,7 @@ import pytest
 from kvtier.config.adapters import ADAPTER_ROOT, Adapter
 from kvtier.config.loader import Config
 from kvtier.constructs.model_access import s3_models
-from kvtier.k8s.adapters import PATH_BREAK, lora_args
+from kvtier.k8s.adapters import CHECK_CONTAINER, PATH_BREAK, lora_args
 from kvtier.k8s.base import KvtierChart, chart_app
 from kvtier.k8s.standalone import add_standalone_engine, engine_deployment
 from kvtier.naming import MODEL_READER_SA
@@ -52,7 +52,8 @@ def test_adapters_render_flags_fetchers_and_one_path_per_version(config: Config,
         f"billing={billing}",
     ]
     init = {c["name"]: c for c in pod["initContainers"]}
-    assert set(init) == {"adapter-faq", "adapter-billing"}
+    assert list(init) == ["adapter-faq", "adapter-billing", CHECK_CONTAINER]  # the check runs after every fetch
+    assert all(c["terminationMessagePolicy"] == "FallbackToLogsOnError" for c in init.values())
     assert COMMIT in init["adapter-faq"]["command"][-1] and "acme/faq-lora" in init["adapter-faq"]["command"][-1]
     assert init["adapter-billing"]["command"][:3] == ["aws", "s3", "sync"]
     assert "s3://acme-adapters/billing/" in init["adapter-billing"]["command"]

@@ -17,11 +17,14 @@ from grafana_foundation_sdk.models.common import GraphDrawStyle
 from grafana_foundation_sdk.models.dashboard import DataSourceRef, GridPos, VariableRefresh
 
 from kvtier.k8s.observability import metrics as m
+from kvtier.k8s.observability.rules import ADAPTER_STATES, adapter_record
 
 DATASOURCE = DataSourceRef(type_val="prometheus", uid="${datasource}")
 # The drop-downs read a series every engine generation exports (vLLM 0.11.1, 0.19.0, 0.32.0), from engines only.
 VARIABLE_SERIES = f'{m.VLLM_REQUESTS_RUNNING}{{{m.COMPONENT}="{m.ENGINE_COMPONENT}"}}'
 ENDPOINT_VARIABLE_SERIES = f'{m.VLLM_REQUESTS_RUNNING}{{{m.COMPONENT}="{m.ENGINE_COMPONENT}", {m.LOB}="$lob"}}'
+# Endpoints with LoRA adapters only (issue 35): vLLM exports which adapters run or wait, not their requests or hits.
+ADAPTER_PANEL = "LoRA adapters: replicas running / waiting each"
 OVERVIEW_UID = "kvtier-overview"
 ENDPOINT_UID = "kvtier-endpoint"
 
@@ -146,6 +149,11 @@ def endpoint_panels() -> list[PanelSpec]:
             "L1 CPU cache used per pod",
             "bytes",
             (Query(f"sum by (pod) (lmcache:local_cache_usage{{{engines}}})", "{{pod}}"),),
+        ),
+        PanelSpec(
+            ADAPTER_PANEL,
+            "short",
+            tuple(Query(f"{adapter_record(s)}{{{sel}}}", f"{{{{adapter}}}} {s}") for s in ADAPTER_STATES),
         ),
     ]
 

@@ -19,6 +19,12 @@ VLLM_TTFT_BUCKET = "vllm:time_to_first_token_seconds_bucket"
 VLLM_REQUEST_PROMPT_TOKENS = "vllm:request_prompt_tokens"  # histogram, 1-2-5 buckets up to max_model_len
 VLLM_REQUESTS_RUNNING = "vllm:num_requests_running"  # every generation: what the dashboards' variables read
 VLLM_REQUESTS_WAITING = "vllm:num_requests_waiting"  # gauge, every generation: requests queued for the scheduler
+# LoRA (issue 35; vLLM 0.19.0 and 0.32.0, with --enable-lora only): an info gauge, no per-adapter request or hit
+# counter. One series per combination of adapters seen, its value the time the engine last saw that combination
+# (`set_to_current_time`); the adapter names, comma-joined, are label values.
+VLLM_LORA_INFO = "vllm:lora_requests_info"
+LORA_RUNNING = "running_lora_adapters"
+LORA_WAITING = "waiting_lora_adapters"
 # 0.19.0 and 0.32.0 only (not in 0.11.1): prompt tokens by source, counted when the prefill is done.
 VLLM_PROMPT_TOKENS_BY_SOURCE = (
     "vllm:prompt_tokens_by_source_total"  # source: local_compute|local_cache_hit|external_kv_transfer

@@ -348,6 +348,39 @@ def silent_miss(env: Environment, lob: str, endpoints: str) -> str:
     )
 
 
+ADAPTER_STATES = {"running": m.LORA_RUNNING, "waiting": m.LORA_WAITING}
+
+
+def adapter_record(state: str) -> str:
+    return f"lob_endpoint_adapter:kvtier_lora_{state}:replicas"
+
+
+def adapter_records(env: Environment, lob: LineOfBusiness) -> list[Rule]:
+    """Per LoRA adapter of each endpoint (issue 35), how many replicas run it now, and how many hold requests of it
+    waiting (for a free adapter slot, `lora.max_loras`, or for the batch). vLLM exports no per-adapter counter, only
+    `vllm:lora_requests_info`: one series per combination of adapters, its value the time the engine last saw it
+    (every scheduler step while it serves). A replica runs an adapter when a series naming it is fresher than two
+    scrapes; idle engines stop refreshing theirs. Adapter names are RFC 1123 labels, so no regex metacharacter."""
+    fresh_s = 2 * env.observability.scrape_interval_s
+    records: list[Rule] = []
+    for endpoint in lob.endpoints:
+        for adapter in endpoint.adapters:
+            for state, label in ADAPTER_STATES.items():
+                selector = (
+                    f'{ENGINES}, {m.LOB}="{lob.name}", {m.ENDPOINT}="{endpoint.name}", '
+                    f'{label}=~"(.+,)?{adapter.name}(,.+)?"'
+                )
+                per_replica = (
+                    f"max by ({BY_ENDPOINT}, instance) (time() - {m.VLLM_LORA_INFO}{{{selector}}} < {fresh_s})"
+                )
+                records.append(
+                    _record(
+                        adapter_record(state), f"count by ({BY_ENDPOINT}) ({per_replica})", {"adapter": adapter.name}
+                    )
+                )
+    return records
+
+
 def lob_groups(env: Environment, lob: LineOfBusiness) -> list[dict[str, Any]]:
     """The LOB's constants and the alerts that need its endpoint list (which endpoints have an L2)."""
     constants = [
@@ -359,6 +392,9 @@ def lob_groups(env: Environment, lob: LineOfBusiness) -> list[dict[str, Any]]:
         for e in lob.endpoints
     ]
     groups: list[dict[str, Any]] = [{"name": f"kvtier-{lob.name}-constants", "rules": constants}]
+    adapters = adapter_records(env, lob)
+    if adapters:
+        groups.append({"name": f"kvtier-{lob.name}-adapters", "rules": adapters})
     with_l2 = sorted(e.name for e in lob.endpoints if e.cache.l2 != "none")
     with_curvine = sorted(e.name for e in lob.endpoints if e.cache.l2 == "curvine")
     alerts: list[Rule] = []
