@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kvtier import serving
 from kvtier.catalog import Model
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.serving import L2_IDENTITY_CHARS
@@ -166,6 +167,11 @@ class Connector(ABC):
         """`<endpoint>/<identity>`: where the endpoint writes, relative to its LOB's L2 volume (design "L2 layout")."""
         return f"{endpoint.name}/{self.l2_identity(endpoint)}"
 
+    def hash_seed(self, endpoint: Endpoint, namespace: str) -> str:  # noqa: ARG002
+        """The PYTHONHASHSEED the endpoint's pods (in `namespace`) run with: the same on every replica, since both
+        connectors seed their cache keys with it (kvtier/serving.py); read when asked (the engine tests break it)."""
+        return serving.HASH_SEED
+
     # ---- what it stores ----------------------------------------------------------------------------------------
 
     @abstractmethod
@@ -196,8 +202,9 @@ class Connector(ABC):
     def standalone(self, endpoint: Endpoint) -> EngineWiring:
         """What the standalone Deployment's engine container gets from this connector."""
 
-    def operator_env(self, endpoint: Endpoint) -> Env:
-        """The worker env of an operator-mode endpoint (the Inference Operator renders the rest)."""
+    def operator_env(self, endpoint: Endpoint, namespace: str) -> Env:  # noqa: ARG002
+        """The worker env of an operator-mode endpoint in `namespace` (its LOB's; the Inference Operator renders
+        the rest)."""
         raise UnsupportedError(f"{self.title} cannot run in operator mode ({endpoint.name})")
 
     def no_series_reason(self, endpoint: Endpoint) -> str | None:  # noqa: ARG002

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from kvtier import serving
 from kvtier.catalog import Model
+from kvtier.config.base import image_by_tag, image_content
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors import pods
 from kvtier.connectors.base import (
@@ -145,8 +146,8 @@ class VllmConnector(Connector):
                 "block_size": endpoint.block_size,
                 "hash_algo": VLLM_HASH_ALGO,
                 "hash_seed": serving.HASH_SEED,  # read when asked (the engine tests break it)
-                "vllm": IMAGE_VLLM_VERSIONS.get(image),
-                "image": image,
+                "vllm": IMAGE_VLLM_VERSIONS.get(image_by_tag(image)),
+                "image": image_content(image),  # the digest if given
                 **model_kind_facts(endpoint),
             }
         )
