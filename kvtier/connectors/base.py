@@ -125,7 +125,8 @@ class Connector(ABC):
     - what keys its KV: `identity_facts` (and `fact_meanings` for `validate --previous`);
     - how it is rendered: `standalone`, `operator_env`, `image`;
     - what it stores: `layout`, `file_unit`, `l2_bytes_per_token`;
-    - how a hit shows: `hits`, `probe_miss_cause`; how a live pod is checked: `pod_problems`, `wiring_summary`.
+    - how a hit shows: `hits`, `probe_miss_cause`, `isolation_leak_cause`; how a live pod is checked:
+      `pod_problems`, `wiring_summary`.
     """
 
     name: ClassVar[str]  # the `cache.connector` value (kvtier/config/endpoint.py `Connector`)
@@ -220,6 +221,12 @@ class Connector(ABC):
     @abstractmethod
     def pod_problems(self, endpoint: Endpoint, pod: Obj, container: Obj, configmaps: Sequence[Obj]) -> list[str]:
         """What is wrong with one live pod's cache wiring (`container`: its vLLM container); empty when nothing."""
+
+    @abstractmethod
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:
+        """Why `verify --probe --isolation` (or `--adapter`) saw a request of another `key` ("cache_salt" or "LoRA
+        adapter") take cached tokens of a prompt the probe sent under its own: what keys this connector's tiers on
+        that, and what broke it."""
 
     @abstractmethod
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:

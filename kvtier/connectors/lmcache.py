@@ -465,6 +465,20 @@ class LMCacheConnector(Connector):
             return [f"{REMOTE_URL} is {value!r}, not HyperPod tiered storage ({TIERED_STORAGE_SCHEME}...)"]
         return []
 
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:
+        """LMCache's own keys carry neither (0.3.9-0.5.6: docs/references.md "Issue 34"); kvtier's connector module
+        adds a tag for each in standalone mode, and operator mode cannot ship it."""
+        if endpoint.mode == "operator":
+            return (
+                f"operator mode: the Inference Operator wires LMCache's own connector, whose L1 and L2 keys ignore the "
+                f"{key} (LMCache PR #2880 is open), and its CRD gives kvtier no way to ship its tagging connector; "
+                f"serve requests that need their own {key} from a mode: standalone endpoint"
+            )
+        return (
+            f"kvtier's LMCache connector did not tag the {key}: the pod does not run {LMCACHE_CONNECTOR_CLASS} with "
+            f"{TAG_KEY_VAR} (run `kvtier verify`), or KVTIER_SALT_BREAK / KVTIER_ADAPTER_TAG_BREAK is set in it"
+        )
+
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:
         if not loaded:
             return (

@@ -246,6 +246,14 @@ class VllmConnector(Connector):
         )
         return problems
 
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:  # noqa: ARG002
+        """vLLM's block hash takes the salt into the first block and the adapter into every block's extra keys
+        (docs/references.md "Issue 34"), and its fs tier names files by that hash."""
+        return (
+            f"vLLM's own block hash carries the {key} on every tier, so the pod does not run the engine kvtier rendered "
+            "(another image, or a connector between vLLM and its tiers); run `kvtier verify`"
+        )
+
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:
         if not loaded:
             return (

@@ -59,8 +59,12 @@ def _model_source(env: Environment, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def vllm_args(endpoint: Endpoint) -> list[str]:
-    """vLLM server flags shared by both modes, after `--model` (L0 prefix caching is on by default in vLLM V1)."""
+    """vLLM server flags shared by both modes, after `--model` (L0 prefix caching is on by default in vLLM V1).
+    `--enable-prompt-tokens-details` puts each request's cached tokens (its GPU prefix cache's and its KV
+    connector's) in its `usage`: what `kvtier verify --probe --isolation` judges by (vLLM 0.11.1 and 0.32.0 both
+    take it; docs/references.md "Issue 34")."""
     return [
+        "--enable-prompt-tokens-details",
         "--served-model-name",
         endpoint.model.id,
         "--max-model-len",
