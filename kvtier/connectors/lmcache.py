@@ -308,9 +308,8 @@ class LMCacheConnector(Connector):
                 "save_chunk_meta": SAVE_CHUNK_META,
                 "use_layerwise": USE_LAYERWISE,
                 "lmcache": self.lmcache_version(endpoint),  # of the image that runs
-                "image": image_content(
-                    image
-                ),  # its LMCache and vLLM build (chunk layout, hashing): the digest if given
+                # its LMCache and vLLM build (chunk layout, hashing): by digest when one is given
+                "image": image_content(image),
                 **model_kind_facts(endpoint),
             }
         )

@@ -455,7 +455,7 @@ async def run_check(
         urls = {"a": url_a, "b": url_b or url_a}
         pods = {"a": name_a, "b": name_b}
         hits = connector.hits
-        wait_store = url_b is not None and endpoint.cache.l2 != "none"
+        wait_store = endpoint.cache.l2 != "none"  # X's chunks must be in L2 before any other request looks
         for n, (step, model, salt, pod) in enumerate(plan):
             before = await _counters(client, urls[pod]) if n == 0 and wait_store else None
             try:

@@ -58,13 +58,13 @@ def main() -> None:
         def post_init(self) -> None:
             pass
 
-    hyperpod.SageMakerHyperPodConnector = Recorder  # type: ignore[assignment,misc]
+    hyperpod.SageMakerHyperPodConnector = Recorder
     loop = asyncio.new_event_loop()
     try:
         context = ConnectorContext(config.remote_url, loop, None, config, meta)
         SageMakerHyperPodConnectorAdapter().create_connector(context)
     finally:
-        hyperpod.SageMakerHyperPodConnector = real  # type: ignore[misc]
+        hyperpod.SageMakerHyperPodConnector = real
         loop.close()
     bucket = recorded["bucket_name"]
     keys = [key for _, _, key in database.process_tokens(request["tokens"])]
@@ -80,7 +80,7 @@ def main() -> None:
                 "bucket": bucket,
                 "url": recorded["sagemaker_hyperpod_url"],
                 "keys": [key.to_string() for key in keys],
-                "paths": [f"/v1/kv/{bucket}/{real._key_to_string(None, key)}" for key in keys],  # type: ignore[arg-type]
+                "paths": [f"/v1/kv/{bucket}/{real._key_to_string(None, key)}" for key in keys],
             }
         )
     )

@@ -19,16 +19,20 @@ re-uploaded: another `weights_version`):
 3. the restarted A1 gets P again (its GPU and CPU caches are gone, so only A's L2 directory can hit) and a new prompt
    Q (its chunks must land in A's directory, never in B's);
 4. B's first engine B1 starts from B's rendering and gets Q and P: 0 hit tokens (nothing of A's reaches it).
+Last, `kvtier verify --probe --isolation`'s check runs on B1 alone (one pod: salt X twice, then salt Y and no salt,
+each judged by its own cached tokens): with kvtier's connector it holds; with `KVTIER_SALT_BREAK=1` in the engines'
+environment (the connector then sets no salt tag) it must report the leak.
 `KVTIER_ROLLOUT_BREAK=1` renders the settings into the ConfigMap as before issue 34 (the apply rewrites them in place):
 the restarted A1 then comes back on B's directory and the checks fail.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +42,7 @@ from kvtier.config.loader import Config
 from kvtier.connectors import l2_subdir
 from kvtier.connectors.lmcache import ROLLOUT_BREAK
 from kvtier.k8s.standalone import engine_config_map, engine_deployment
+from kvtier.ops.probe import Check, ProbeTiming, run_check
 from kvtier.rules import load_checked
 from tests.engine import render
 from tests.engine.engines import EngineError, Engines
@@ -50,6 +55,7 @@ from tests.engine.scenario import (
     PROMPT_TOKENS,
     REPO,
     STARTUP_TIMEOUT_S,
+    STORE_TIMEOUT_S,
     Reading,
     ask,
     build_model,
@@ -124,12 +130,35 @@ class RolloutObserved:
     applies: list[dict[str, Any]] = field(default_factory=list)
     urls: dict[str, str] = field(default_factory=dict)  # engine -> the L2 URL it started with (LMCache's settings)
     readings: dict[str, Reading] = field(default_factory=dict)
+    isolation: dict[str, Any] = field(default_factory=dict)  # the isolation probe's result on B1
     timings_s: dict[str, float] = field(default_factory=dict)
 
 
 def _check_break(break_what: str | None) -> None:
     if break_what not in (None, *BREAKS):
         raise ValueError(f"{ROLLOUT_BREAK}={break_what!r}: use one of {', '.join(BREAKS)}")
+
+
+def _deploys(
+    config: Config, endpoints: tuple[Endpoint, ...], break_what: str | None
+) -> list[tuple[list[dict[str, Any]], Pod]]:
+    """Each endpoint's deploy, rendered with the break switch set while kvtier renders (and only then)."""
+    saved = os.environ.get(ROLLOUT_BREAK)
+    if break_what:
+        os.environ[ROLLOUT_BREAK] = break_what
+    try:
+        return [deploy(config, e) for e in endpoints]
+    finally:
+        if saved is None:
+            os.environ.pop(ROLLOUT_BREAK, None)
+        else:
+            os.environ[ROLLOUT_BREAK] = saved
+
+
+def isolation_check(endpoint: Endpoint, url: str) -> dict[str, Any]:
+    """`kvtier verify --probe --isolation`'s check on one engine (its own pod A)."""
+    timing = ProbeTiming(store_wait_s=STORE_TIMEOUT_S)
+    return asdict(asyncio.run(run_check(Check(LOB, endpoint), ("B1", None), url, None, timing=timing)))
 
 
 def rollout(python: str, workdir: Path, break_what: str | None) -> RolloutObserved:
@@ -143,17 +172,7 @@ def rollout(python: str, workdir: Path, break_what: str | None) -> RolloutObserv
     observed.timings_s["model_build"] = build_model(python, workdir / "model")
     l2_root = workdir / "l2"  # stands in for the LOB's Curvine volume
     l2_root.mkdir(exist_ok=False)
-    saved = os.environ.get(ROLLOUT_BREAK)
-    if break_what:
-        os.environ[ROLLOUT_BREAK] = break_what
-    try:
-        objects_a, pod_a = deploy(config, a)
-        objects_b, pod_b = deploy(config, b)
-    finally:
-        if saved is None:
-            os.environ.pop(ROLLOUT_BREAK, None)
-        else:
-            os.environ[ROLLOUT_BREAK] = saved
+    (objects_a, pod_a), (objects_b, pod_b) = _deploys(config, (a, b), break_what)
     config_maps = ConfigMaps()
     ports = {"A1": free_port(), "B1": free_port()}
 
@@ -190,6 +209,9 @@ def rollout(python: str, workdir: Path, break_what: str | None) -> RolloutObserv
         observed.timings_s["start_b1"] = time.monotonic() - started
         observed.readings["B1 Q"] = ask(b1, q, l2_root, wait_store=True)
         observed.readings["B1 P"] = ask(b1, p, l2_root, wait_store=False)
+        started = time.monotonic()
+        observed.isolation = isolation_check(b, b1.url)
+        observed.timings_s["isolation_probe"] = time.monotonic() - started
     observed.applies = config_maps.applies
     observed.timings_s["total"] = time.monotonic() - total
     return observed
@@ -253,3 +275,11 @@ def new_identity_starts_cold(observed: RolloutObserved) -> None:
         )
     written = _data(observed.readings["B1 Q"].new_l2_files)
     assert written and not _under(written, observed.dir_a), f"B1 wrote {written}, expected files in {observed.dir_b}"
+
+
+def isolation_probe_holds(observed: RolloutObserved) -> None:
+    result = observed.isolation
+    cached = [(r["step"], r["cached_tokens"]) for r in result.get("requests", [])]
+    assert result.get("outcome") == "isolated", (
+        f"verify --probe --isolation on B1: {result.get('outcome')}: {result.get('message')} (requests {cached})"
+    )

@@ -58,6 +58,12 @@ def test_the_new_identitys_first_engine_gets_nothing_of_the_old(observed: Rollou
     rollout.new_identity_starts_cold(observed)
 
 
+@pytest.mark.engine
+def test_the_isolation_probe_holds_on_kvtiers_engine(observed: RolloutObserved) -> None:
+    """`kvtier verify --probe --isolation` on a real engine (KVTIER_SALT_BREAK=1 in the environment: it must fail)."""
+    rollout.isolation_probe_holds(observed)
+
+
 # --- without an engine (make test) ---
 
 
@@ -155,3 +161,14 @@ def test_the_checks_pass_on_a_safe_rollout_and_fail_on_the_old_rendering() -> No
             check(bad)
     with pytest.raises(ValueError, match=ROLLOUT_BREAK):
         rollout.rollout("python", Path("/nonexistent"), "nonsense")
+
+
+def test_the_isolation_check_fails_on_a_leak() -> None:
+    observed = RolloutObserved(256, 768, "a", "b")
+    requests = [{"step": s, "pod": "B1", "cached_tokens": n, "prompt_tokens": 2000} for s, n in
+                (("salt X", 0), ("salt X", 1984), ("salt Y", 1792), ("no salt", 1792))]  # fmt: skip
+    observed.isolation = {"outcome": "leak", "message": "KV crossed the cache_salt: ...", "requests": requests}
+    with pytest.raises(AssertionError, match=r"leak: KV crossed the cache_salt.*\('salt Y', 1792\)"):
+        rollout.isolation_probe_holds(observed)
+    observed.isolation = {"outcome": "isolated", "message": "", "requests": requests}
+    rollout.isolation_probe_holds(observed)

@@ -153,7 +153,7 @@ def test_verify_flags_a_tiered_storage_pod_on_another_seed(prod: Config) -> None
     a = _tiered(prod)
     env = [*_iec(prod, "retail", a)["spec"]["worker"]["environmentVariables"]]
     env.append({"name": "LMCACHE_REMOTE_URL", "value": "sagemaker-hyperpod://$(NODE_IP):9200"})  # the operator's
-    pod = {
+    pod: dict[str, Any] = {
         "metadata": {"name": "p", "namespace": "kvtier-retail"},
         "spec": {"containers": [{"name": a.name, "env": env}]},
     }
