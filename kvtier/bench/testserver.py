@@ -11,6 +11,12 @@ about `l2_s` (a partial last block is never cached, as in vLLM). Every request i
 Connections are HTTP/1.1 keep-alive (streams in chunked encoding, as uvicorn sends them) and counted per server;
 `FakeCluster(shared_l2=False)` gives each server its own store, a cluster whose L2 is not shared.
 
+A request's `cache_salt` and LoRA adapter (its `model`, one of `Behaviour.adapters`) key the caches as vLLM's block
+hash does (`salt_scope`/`adapter_scope` "all"); "gpu" keys only the server's own cache on them and shares the L2 across
+salts or adapters, as LMCache's own connector does (the leak `kvtier verify --probe --isolation` and `--adapter`
+report). A salt is checked as vLLM 0.32 checks it (a non-empty string of at most 128 characters without `@`, `/`, a
+backslash or NUL), and refused with vLLM's message.
+
 Run it by hand: `python -m kvtier.bench.testserver --port 8101 --port 8102` (Ctrl-C stops).
 """
 
@@ -106,6 +112,10 @@ class Behaviour:
     model: str = "kvtier/fake-model"  # "": GET /v1/models lists none
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
     reset_after_chunks: int | None = None  # abort the connection (TCP RST) after this many text chunks
+    adapters: tuple[str, ...] = ()  # LoRA adapters served besides the base model (listed after it, as vLLM does)
+    salt_scope: str = "all"  # which caches key on cache_salt: all | gpu (L2 shared across salts) | none
+    adapter_scope: str = "all"  # which caches key on the adapter: all | gpu | none
+    prompt_tokens_details: bool = True  # usage.prompt_tokens_details (vLLM's --enable-prompt-tokens-details)
 
 
 @dataclass
@@ -140,9 +150,29 @@ def _words(body: dict[str, Any]) -> list[str]:
     return str(body.get("prompt", "")).split()
 
 
-def _block_keys(words: list[str], size: int) -> list[str]:
-    """Prefix-chained keys of each full block (a key names the whole prefix up to its block)."""
-    keys, digest = [], hashlib.sha256()
+# vLLM 0.32's check of a request's cache_salt (vllm/entrypoints/generate/base/protocol.py `validate_cache_salt`).
+SALT_MAX_CHARS = 128
+SALT_FORBIDDEN = frozenset("@/\\\x00")
+SALT_TYPE_ERROR = "Parameter 'cache_salt' must be a non-empty string if provided."
+SALT_FORM_ERROR = "Parameter 'cache_salt' must be at most 128 characters and must not contain '@', '/', '\\\\', or NUL."
+SCOPES = ("all", "gpu", "none")
+
+
+def salt_error(salt: Any) -> str | None:
+    """vLLM's refusal of a cache_salt, or None when it takes it."""
+    if salt is None:
+        return None
+    if not isinstance(salt, str) or not salt:
+        return SALT_TYPE_ERROR
+    if len(salt) > SALT_MAX_CHARS or any(c in SALT_FORBIDDEN for c in salt):
+        return SALT_FORM_ERROR
+    return None
+
+
+def _block_keys(words: list[str], size: int, scope: str = "") -> list[str]:
+    """Prefix-chained keys of each full block (a key names the whole prefix up to its block), starting from `scope`
+    (the salt and adapter the cache keys on)."""
+    keys, digest = [], hashlib.sha256(scope.encode())
     for start in range(0, len(words) - len(words) % size, size):
         digest.update(" ".join(words[start : start + size]).encode() + b"\x00")
         keys.append(digest.hexdigest())
@@ -190,21 +220,33 @@ class FakeServer:
                 writer.close()
             await self._server.wait_closed()
 
-    def lookup(self, words: list[str]) -> tuple[float, int, int]:
+    def _scope(self, salt: Any, adapter: str | None, tier: str) -> str:
+        """What the `tier` ("gpu" or "l2") keys on besides the tokens: the salt and adapter, where the behaviour
+        says it takes them in."""
+        b = self.behaviour
+        taken = {"gpu": ("all", "gpu"), "l2": ("all",)}[tier]
+        parts = [
+            f"salt:{salt}" if salt is not None and b.salt_scope in taken else "",
+            f"lora:{adapter}" if adapter is not None and b.adapter_scope in taken else "",
+        ]
+        return "\x00".join(parts)
+
+    def lookup(self, words: list[str], salt: Any = None, adapter: str | None = None) -> tuple[float, int, int]:
         """(delay, local hit words, L2 hit words) for a prompt; then cache it locally and in the shared store."""
         b = self.behaviour
-        keys = _block_keys(words, b.block_words)
+        keys = _block_keys(words, b.block_words, self._scope(salt, adapter, "gpu"))
+        shared = _block_keys(words, b.block_words, self._scope(salt, adapter, "l2"))
         local = next((i for i, k in enumerate(keys) if k not in self.local), len(keys))
-        l2 = next((i for i, k in enumerate(keys[local:]) if k not in self.shared.blocks), len(keys) - local)
+        l2 = next((i for i, k in enumerate(shared[local:]) if k not in self.shared.blocks), len(keys) - local)
         local_hit, l2_hit = local * b.block_words, l2 * b.block_words
         n = max(len(words), 1)
         miss = n - local_hit - l2_hit
         delay = (b.warm_s * local_hit + b.l2_s * l2_hit + b.cold_s * miss) / n
-        new_in_l2 = [k for k in keys if k not in self.shared.blocks]
+        new_in_l2 = [k for k in shared if k not in self.shared.blocks]
         # LMCache looks up the whole prompt and finds the blocks its store holds from the start
-        stored = next((i for i, k in enumerate(keys) if k not in self.shared.blocks), len(keys))
+        stored = next((i for i, k in enumerate(shared) if k not in self.shared.blocks), len(shared))
         self.local.update(keys)
-        self.shared.blocks.update(keys)
+        self.shared.blocks.update(shared)
         c = self.counters
         c["vllm:prefix_cache_queries_total"] += len(words)
         c["vllm:prefix_cache_hits_total"] += local_hit
@@ -297,9 +339,10 @@ class FakeServer:
         b = self.behaviour
         keep = b.keep_alive and headers.get("connection", "").lower() != "close"
         if method == "GET" and path == "/v1/models":
+            adapters = [{"id": a, "object": "model", "root": f"/adapters/{a}", "parent": b.model} for a in b.adapters]
             models = {
                 "object": "list",
-                "data": [{"id": b.model, "object": "model", "root": "/models/fake"}] if b.model else [],
+                "data": [{"id": b.model, "object": "model", "root": "/models/fake"}, *adapters] if b.model else [],
             }
             await _respond(writer, 200, models, keep=keep)
         elif method == "GET" and path == "/metrics":
@@ -312,6 +355,25 @@ class FakeServer:
         else:
             await _respond(writer, 404, {"detail": "Not Found"}, keep=keep)
         return keep
+
+    def _usage(self, prompt: int, completion: int, cached: int) -> dict[str, Any]:
+        usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
+        usage["total_tokens"] = prompt + completion
+        if self.behaviour.prompt_tokens_details:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        return usage
+
+    def _refusal(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
+        """(status, vLLM's error body) for a salt vLLM refuses or a model it does not serve; None: served."""
+        b = self.behaviour
+        model = str(body.get("model") or b.model)
+        message = salt_error(body.get("cache_salt"))
+        if message is not None:
+            return 400, {"error": {"message": message, "type": "BadRequestError", "code": 400}}
+        if model not in (b.model, *b.adapters):
+            message = f"The model `{model}` does not exist."
+            return 404, {"error": {"message": message, "type": "NotFoundError", "code": 404}}
+        return None
 
     async def _complete(
         self, path: str, headers: dict[str, str], raw: bytes, writer: asyncio.StreamWriter, keep: bool
@@ -329,8 +391,12 @@ class FakeServer:
             await _respond(writer, status, failure, keep=keep)
             return keep
         body = json.loads(raw)
+        if (refused := self._refusal(body)) is not None:
+            await _respond(writer, refused[0], refused[1], keep=keep)
+            return keep
         words = _words(body)
-        delay, local_hit, l2_hit = self.lookup(words)
+        adapter = body.get("model") if body.get("model") in b.adapters else None
+        delay, local_hit, l2_hit = self.lookup(words, body.get("cache_salt"), adapter)
         max_tokens = _token_limit(body) or b.output_tokens
         n_out = min(b.output_tokens, max_tokens)
         self.log.append(
@@ -359,12 +425,7 @@ class FakeServer:
             "created": int(time.time()),
             "model": str(body.get("model") or b.model),
         }
-        usage = {
-            "prompt_tokens": len(words),
-            "completion_tokens": n_out,
-            "total_tokens": len(words) + n_out,
-            "prompt_tokens_details": {"cached_tokens": local_hit + l2_hit},
-        }
+        usage = self._usage(len(words), n_out, local_hit + l2_hit)
         if not streaming:
             await asyncio.sleep(delay + b.itl_s * max(n_out - 1, 0))
             message = (

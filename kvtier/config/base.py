@@ -68,6 +68,31 @@ def _pinned_image(value: str) -> str:
 
 PinnedImage = Annotated[str, AfterValidator(_pinned_image)]
 
+DIGEST_MARK = "@sha256:"
+
+
+def image_digest(image: str) -> str | None:
+    """`sha256:<hex>` of an image given by digest (`repo:tag@sha256:...` or `repo@sha256:...`), else None."""
+    return image[image.index(DIGEST_MARK) + 1 :] if DIGEST_MARK in image else None
+
+
+def image_by_tag(image: str) -> str:
+    """The image without its digest: `repo:tag` (what a tag-keyed table knows it by)."""
+    return image.split(DIGEST_MARK, 1)[0]
+
+
+def image_content(image: str) -> str:
+    """What names an image's bits: `repo@sha256:<hex>` when a digest is given (the tag then says nothing more, and a
+    tag can be pushed again), else the tag as written."""
+    digest = image_digest(image)
+    if digest is None:
+        return image
+    repository = image_by_tag(image)
+    last = repository.rsplit("/", 1)
+    if ":" in last[-1]:  # drop the tag (a registry's `:port` sits before the last `/`)
+        repository = repository[: repository.rindex(":")]
+    return f"{repository}@{digest}"
+
 
 # An SSE-KMS key as IAM grants it: a key ARN (a key id or a multi-Region `mrk-` id), never an alias or a bare key id:
 # a grant on an alias ARN covers the alias, not the key (docs/references.md "Issue 37"). The partition is checked

@@ -93,6 +93,10 @@ class Environment(StrictModel):
     # account with S3 ABAC on and the environment's model-reader tag, so LOBs never change the cluster stack
     # (docs/lines-of-business.md "A new S3 model bucket").
     model_bucket_access: Literal["named", "tagged"] = "named"
+    # A production-grade environment (issue 34): an engine image or an image with host access on GPU nodes (Curvine,
+    # its CSI plugin and FUSE) given by tag, not by digest, is an error (a tag can be pushed again), a warning
+    # elsewhere (kvtier/rules/images.py, docs/l2.md "Image digests").
+    production: bool = False
     lobs: Items[Annotated[str, rfc1123_label(LOB_NAME_MAX, "line-of-business name (RFC 1123 label)")]] = ()
     tags: Annotated[dict[str, str], AfterValidator(_tags)] = Field(default_factory=dict)
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kvtier import serving
 from kvtier.catalog import Model
 from kvtier.config.endpoint import Endpoint, HuggingFaceModel
 from kvtier.serving import L2_IDENTITY_CHARS
@@ -124,7 +125,8 @@ class Connector(ABC):
     - what keys its KV: `identity_facts` (and `fact_meanings` for `validate --previous`);
     - how it is rendered: `standalone`, `operator_env`, `image`;
     - what it stores: `layout`, `file_unit`, `l2_bytes_per_token`;
-    - how a hit shows: `hits`, `probe_miss_cause`; how a live pod is checked: `pod_problems`, `wiring_summary`.
+    - how a hit shows: `hits`, `probe_miss_cause`, `isolation_leak_cause`; how a live pod is checked:
+      `pod_problems`, `wiring_summary`.
     """
 
     name: ClassVar[str]  # the `cache.connector` value (kvtier/config/endpoint.py `Connector`)
@@ -166,6 +168,11 @@ class Connector(ABC):
         """`<endpoint>/<identity>`: where the endpoint writes, relative to its LOB's L2 volume (design "L2 layout")."""
         return f"{endpoint.name}/{self.l2_identity(endpoint)}"
 
+    def hash_seed(self, endpoint: Endpoint, namespace: str) -> str:  # noqa: ARG002
+        """The PYTHONHASHSEED the endpoint's pods (in `namespace`) run with: the same on every replica, since both
+        connectors seed their cache keys with it (kvtier/serving.py); read when asked (the engine tests break it)."""
+        return serving.HASH_SEED
+
     # ---- what it stores ----------------------------------------------------------------------------------------
 
     @abstractmethod
@@ -196,8 +203,9 @@ class Connector(ABC):
     def standalone(self, endpoint: Endpoint) -> EngineWiring:
         """What the standalone Deployment's engine container gets from this connector."""
 
-    def operator_env(self, endpoint: Endpoint) -> Env:
-        """The worker env of an operator-mode endpoint (the Inference Operator renders the rest)."""
+    def operator_env(self, endpoint: Endpoint, namespace: str) -> Env:  # noqa: ARG002
+        """The worker env of an operator-mode endpoint in `namespace` (its LOB's; the Inference Operator renders
+        the rest)."""
         raise UnsupportedError(f"{self.title} cannot run in operator mode ({endpoint.name})")
 
     def no_series_reason(self, endpoint: Endpoint) -> str | None:  # noqa: ARG002
@@ -213,6 +221,12 @@ class Connector(ABC):
     @abstractmethod
     def pod_problems(self, endpoint: Endpoint, pod: Obj, container: Obj, configmaps: Sequence[Obj]) -> list[str]:
         """What is wrong with one live pod's cache wiring (`container`: its vLLM container); empty when nothing."""
+
+    @abstractmethod
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:
+        """Why `verify --probe --isolation` (or `--adapter`) saw a request of another `key` ("cache_salt" or "LoRA
+        adapter") take cached tokens of a prompt the probe sent under its own: what keys this connector's tiers on
+        that, and what broke it."""
 
     @abstractmethod
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:

@@ -4,8 +4,23 @@ backend on the LOB's Curvine volume, in both modes.
 Keys are LMCache 0.4.3 `_CONFIG_DEFINITIONS` names (tests parse them with LMCache's own loader). LMCache reads
 `LMCACHE_CONFIG_FILE` first and then lets `LMCACHE_<KEY>` variables override it (`lmcache_get_or_create_config`,
 0.3.9-0.5.6), so the environment we set also wins over any file the operator may mount. The one source for the
-standalone ConfigMap, the operator worker environment and the Kyverno rewiring (kvtier/k8s/kyverno_policy.py), so no
-two paths drift.
+standalone engine's environment, the operator worker environment and the Kyverno rewiring
+(kvtier/k8s/kyverno_policy.py), so no two paths drift.
+
+Rollouts (issue 34): every setting that decides where and how a standalone pod reads and writes L2 (the L2 URL, which
+names the identity directory, the chunk size, the serde, the file format) is a `LMCACHE_<KEY>` variable in the pod
+template, so each ReplicaSet keeps its own: an old pod whose container restarts during a rollout comes back on its own
+identity's directory. Only kvtier's connector module is in the ConfigMap (`<endpoint>-lmcache`, the same on every
+revision: a content-named one would be pruned by the next deploy while old pods still mount it). `KVTIER_ROLLOUT_BREAK`
+renders the old way (the settings in the ConfigMap file, which an apply rewrites in place), for the engine test.
+
+Tiered Storage (issue 34): LMCache's key for HyperPod's daemon is `<fmt>@<--model>@<world size>@<rank>@<chunk
+hash>@<dtype>` in one bucket (`lmcache` unless `extra_config` says otherwise, and the operator owns `extra_config`),
+and every operator pod runs `--model /opt/ml/model`. What kvtier sets is the worker's environment, so the identity
+enters the key through the chunk hash's seed: LMCache 0.3.9.post2 starts its prefix-hash chain at vLLM's NONE_HASH,
+derived from PYTHONHASHSEED (docs/references.md "Issue 34"). Each `l2: tieredstorage` endpoint runs with a seed of its
+own (`hash_seed`: LOB, endpoint and identity), the same on every replica. `KVTIER_TIERED_KEYS_BREAK` renders the old
+shared seed, for the key test.
 
 Host memory: `cache.l1_gb` is per replica. LMCache 0.4.3 starts one engine in each vLLM worker process, i.e. per
 tensor-parallel rank (`integration/vllm/vllm_service_factory.py::get_or_create_lmcache_engine`, metadata with
@@ -22,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -29,6 +45,7 @@ import yaml
 
 from kvtier import serving
 from kvtier.catalog import Model
+from kvtier.config.base import image_by_tag, image_content
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors import pods
 from kvtier.connectors.base import (
@@ -89,6 +106,12 @@ IMAGE_LMCACHE_VERSIONS: dict[str, str] = {
     OPERATOR_VLLM_IMAGE: OPERATOR_LMCACHE_VERSION,
     STANDALONE_VLLM_IMAGE: STANDALONE_LMCACHE_VERSION,
 }
+# The LMCache versions whose keys on HyperPod Tiered Storage are proven to carry the endpoint's seed: LMCache's own key
+# code at that version, fed kvtier's rendered operator settings (tests/engine/test_tiered_storage_keys.py).
+SEEDED_TIERED_KEYS = frozenset({OPERATOR_LMCACHE_VERSION})
+ROLLOUT_BREAK = "KVTIER_ROLLOUT_BREAK"  # the old standalone rendering: settings in the ConfigMap (engine test only)
+TIERED_KEYS_BREAK = "KVTIER_TIERED_KEYS_BREAK"  # the old shared seed on Tiered Storage (key test only)
+SEED_SPACE = 2**32  # PYTHONHASHSEED takes 0..4294967295 (CPython's startup check)
 CONFIG_DIR = "/etc/lmcache"  # the standalone ConfigMap's mount
 CONFIG_FILE = "lmcache.yaml"
 CONFIG_FILE_VAR = "LMCACHE_CONFIG_FILE"
@@ -245,7 +268,25 @@ class LMCacheConnector(Connector):
                     f"use a multiple of {endpoint.block_size}, like 256",
                 )
             ]
+        version = self.lmcache_version(endpoint)
+        if endpoint.cache.l2 == "tieredstorage" and version not in SEEDED_TIERED_KEYS:
+            runs = f"LMCache {version}" if version else "an LMCache version kvtier does not know"
+            return [
+                Refusal(
+                    "image",
+                    f"HyperPod Tiered Storage is one key space for the whole cluster and kvtier keeps endpoints apart "
+                    f"in it by a per-identity hash seed, proven for LMCache {', '.join(sorted(SEEDED_TIERED_KEYS))} "
+                    f"only; {self.image(endpoint)} runs {runs}, whose keys may carry no identity (other weights' KV "
+                    "would be served)",
+                    "leave image unset (the operator's default image), or use l2: curvine",
+                )
+            ]
         return []
+
+    def lmcache_version(self, endpoint: Endpoint) -> str | None:
+        """The LMCache inside the image the endpoint runs (None: an image kvtier has no version for). A digest
+        pins the bits of the tag it is given with."""
+        return IMAGE_LMCACHE_VERSIONS.get(image_by_tag(self.image(endpoint)))
 
     def identity_facts(self, endpoint: Endpoint) -> dict[str, Any]:
         """LMCache 0.4.3 names an L2 file `<--model>@<world_size>@<worker_id>@<chunk_hash>@<dtype>.data`
@@ -266,8 +307,9 @@ class LMCacheConnector(Connector):
                 "hash_seed": serving.HASH_SEED,  # read when asked (the engine tests break it)
                 "save_chunk_meta": SAVE_CHUNK_META,
                 "use_layerwise": USE_LAYERWISE,
-                "lmcache": IMAGE_LMCACHE_VERSIONS.get(image),  # of the image that runs
-                "image": image,  # its LMCache and vLLM versions (chunk layout, hashing)
+                "lmcache": self.lmcache_version(endpoint),  # of the image that runs
+                # its LMCache and vLLM build (chunk layout, hashing): by digest when one is given
+                "image": image_content(image),
                 **model_kind_facts(endpoint),
             }
         )
@@ -316,25 +358,27 @@ class LMCacheConnector(Connector):
         return lmcache_config(endpoint.cache, self.l2_subdir(endpoint), tensor_parallel=endpoint.tensor_parallel)
 
     def standalone(self, endpoint: Endpoint) -> EngineWiring:
-        """The settings in a ConfigMap file with kvtier's connector module, and vLLM's `--kv-transfer-config` naming
-        that module. No LMCache controller: the standalone router does not run kvaware (rules/routing.py)."""
+        """The settings as `LMCACHE_<KEY>` variables of the container (the pod template: each ReplicaSet keeps its
+        own), kvtier's connector module in a ConfigMap, and vLLM's `--kv-transfer-config` naming that module. No
+        LMCache controller: the standalone router does not run kvaware (rules/routing.py)."""
         config = self.settings(endpoint)
         if not config:
             return EngineWiring()
-        data = {
-            CONFIG_FILE: yaml.safe_dump(config, sort_keys=True),
-            LMCACHE_CONNECTOR_FILE: plugin_text(LMCACHE_CONNECTOR_FILE),
-        }
+        data = {LMCACHE_CONNECTOR_FILE: plugin_text(LMCACHE_CONNECTOR_FILE)}
+        settings: list[dict[str, str]] = lmcache_env(config)
+        if os.environ.get(ROLLOUT_BREAK):  # the old rendering: settings in a file an apply rewrites in place
+            data = {CONFIG_FILE: yaml.safe_dump(config, sort_keys=True), **data}
+            settings = [{"name": CONFIG_FILE_VAR, "value": f"{CONFIG_DIR}/{CONFIG_FILE}"}]
         return EngineWiring(
             args=("--kv-transfer-config", json.dumps(KV_TRANSFER_CONFIG, separators=(",", ":"))),
             env=(
-                {"name": CONFIG_FILE_VAR, "value": f"{CONFIG_DIR}/{CONFIG_FILE}"},
+                *settings,
                 {"name": "LMCACHE_TRACK_USAGE", "value": "false"},  # LMCache usage_context.py
                 {"name": "PYTHONPATH", "value": CONFIG_DIR},  # where vLLM imports KV_TRANSFER_CONFIG's module from
                 {"name": TAG_KEY_VAR, "value": self.tag_key(endpoint)},  # the module's request-tag key
             ),
             files=MountedFiles(config_map_name(endpoint.name), CONFIG_VOLUME, CONFIG_DIR, data),
-            rollout=data,  # the ConfigMap's whole data (settings and connector module)
+            rollout=data,  # the ConfigMap's whole data (the connector module): a new module rolls the pods
         )
 
     def tag_key(self, endpoint: Endpoint) -> str:
@@ -345,12 +389,22 @@ class LMCacheConnector(Connector):
         framed = json.dumps(["kvtier request-tag key", endpoint.name, self.l2_identity(endpoint)])
         return hashlib.sha256(framed.encode()).hexdigest()
 
-    def operator_env(self, endpoint: Endpoint) -> Env:
+    def hash_seed(self, endpoint: Endpoint, namespace: str) -> str:
+        """On Tiered Storage, a seed of the endpoint's own: a digest of its namespace (LOB), name and L2 identity, so
+        no other endpoint, LOB or identity shares a key with it, and every replica has the same; elsewhere the
+        shared one (its L2 directory keeps it apart)."""
+        if endpoint.cache.l2 != "tieredstorage" or os.environ.get(TIERED_KEYS_BREAK):
+            return super().hash_seed(endpoint, namespace)
+        framed = json.dumps(["kvtier tiered-storage key space", namespace, endpoint.name, self.l2_identity(endpoint)])
+        return str(int.from_bytes(hashlib.sha256(framed.encode()).digest()[:4], "big") % SEED_SPACE)
+
+    def operator_env(self, endpoint: Endpoint, namespace: str) -> Env:
         """LMCache settings, hash seed and metrics directory; never LMCACHE_REMOTE_URL (the operator injects one).
         For `l2: curvine`, the marker and the L2 identity the Kyverno Policy builds the URL from (it reads only the
         pod)."""
         env: Env = list(lmcache_env(self.settings(endpoint), omit=frozenset({"remote_url"})))
-        env += [hash_seed_env(), {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
+        seed = {"name": pods.HASH_SEED_VAR, "value": self.hash_seed(endpoint, namespace)}
+        env += [seed, {"name": "PROMETHEUS_MULTIPROC_DIR", "value": PROMETHEUS_DIR}]
         if endpoint.cache.l2 == "curvine":
             env.append({"name": L2_MARKER, "value": "curvine"})
             env.append({"name": L2_IDENTITY_VAR, "value": self.l2_identity(endpoint)})
@@ -365,7 +419,7 @@ class LMCacheConnector(Connector):
         if endpoint.cache.l2 == "curvine":
             return f"L2 URL {self.l2_url(endpoint)}, L2 mounted, {seed}, serde {SERDE}"
         if endpoint.cache.l2 == "tieredstorage":
-            return f"one L2 URL to HyperPod tiered storage, {seed}, serde {SERDE}"
+            return f"one L2 URL to HyperPod tiered storage, the endpoint's own {pods.HASH_SEED_VAR}, serde {SERDE}"
         return f"no L2, as configured; {seed}"
 
     def pod_problems(self, endpoint: Endpoint, pod: Obj, container: Obj, configmaps: Sequence[Obj]) -> list[str]:
@@ -376,9 +430,11 @@ class LMCacheConnector(Connector):
         problems += self._url_problems(endpoint, env, file)
         if endpoint.cache.l2 == "curvine":
             problems += pods.mount_problems(pod, container)
-        problems += pods.single_value(
-            env, pods.HASH_SEED_VAR, HASH_SEED, "cache keys differ per pod and cross-pod hits are zero"
-        )
+        seed = self.hash_seed(endpoint, str(pod.get("metadata", {}).get("namespace", "")))
+        why = "cache keys differ per pod and cross-pod hits are zero"
+        if endpoint.cache.l2 == "tieredstorage":
+            why = "the endpoint's own seed keeps its Tiered Storage keys apart from every other endpoint's"
+        problems += pods.single_value(env, pods.HASH_SEED_VAR, seed, why)
         if endpoint.cache.l2 != "none" or endpoint.cache.l1_gb > 0:
             problems += _setting_problems(
                 env, file, "remote_serde", SERDE, "other serdes do not store through remote connectors"
@@ -407,6 +463,20 @@ class LMCacheConnector(Connector):
         elif not str(value).startswith(TIERED_STORAGE_SCHEME):
             return [f"{REMOTE_URL} is {value!r}, not HyperPod tiered storage ({TIERED_STORAGE_SCHEME}...)"]
         return []
+
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:
+        """LMCache's own keys carry neither (0.3.9-0.5.6: docs/references.md "Issue 34"); kvtier's connector module
+        adds a tag for each in standalone mode, and operator mode cannot ship it."""
+        if endpoint.mode == "operator":
+            return (
+                f"operator mode: the Inference Operator wires LMCache's own connector, whose L1 and L2 keys ignore the "
+                f"{key} (LMCache PR #2880 is open), and its CRD gives kvtier no way to ship its tagging connector; "
+                f"serve requests that need their own {key} from a mode: standalone endpoint"
+            )
+        return (
+            f"kvtier's LMCache connector did not tag the {key}: the pod does not run {LMCACHE_CONNECTOR_CLASS} with "
+            f"{TAG_KEY_VAR} (run `kvtier verify`), or KVTIER_SALT_BREAK / KVTIER_ADAPTER_TAG_BREAK is set in it"
+        )
 
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:
         if not loaded:

@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 from kvtier import serving
 from kvtier.catalog import Model
+from kvtier.config.base import image_by_tag, image_content
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors import pods
 from kvtier.connectors.base import (
@@ -145,8 +146,8 @@ class VllmConnector(Connector):
                 "block_size": endpoint.block_size,
                 "hash_algo": VLLM_HASH_ALGO,
                 "hash_seed": serving.HASH_SEED,  # read when asked (the engine tests break it)
-                "vllm": IMAGE_VLLM_VERSIONS.get(image),
-                "image": image,
+                "vllm": IMAGE_VLLM_VERSIONS.get(image_by_tag(image)),
+                "image": image_content(image),  # the digest if given
                 **model_kind_facts(endpoint),
             }
         )
@@ -244,6 +245,14 @@ class VllmConnector(Connector):
             env, pods.HASH_SEED_VAR, HASH_SEED, "block hashes differ per pod and cross-pod hits are zero"
         )
         return problems
+
+    def isolation_leak_cause(self, endpoint: Endpoint, key: str) -> str:  # noqa: ARG002
+        """vLLM's block hash takes the salt into the first block and the adapter into every block's extra keys
+        (docs/references.md "Issue 34"), and its fs tier names files by that hash."""
+        return (
+            f"vLLM's own block hash carries the {key} on every tier, so the pod does not run the engine kvtier rendered "
+            "(another image, or a connector between vLLM and its tiers); run `kvtier verify`"
+        )
 
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:
         if not loaded:

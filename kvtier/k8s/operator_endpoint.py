@@ -59,8 +59,12 @@ def _model_source(env: Environment, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def vllm_args(endpoint: Endpoint) -> list[str]:
-    """vLLM server flags shared by both modes, after `--model` (L0 prefix caching is on by default in vLLM V1)."""
+    """vLLM server flags shared by both modes, after `--model` (L0 prefix caching is on by default in vLLM V1).
+    `--enable-prompt-tokens-details` puts each request's cached tokens (its GPU prefix cache's and its KV
+    connector's) in its `usage`: what `kvtier verify --probe --isolation` judges by (vLLM 0.11.1 and 0.32.0 both
+    take it; docs/references.md "Issue 34")."""
     return [
+        "--enable-prompt-tokens-details",
         "--served-model-name",
         endpoint.model.id,
         "--max-model-len",
@@ -90,18 +94,19 @@ def model_kind_args(endpoint: Endpoint) -> list[str]:
 
 
 def l2_identity_annotations(endpoint: Endpoint) -> dict[str, str]:
-    """The endpoint's L2 identity and its facts (empty without a Curvine L2)."""
-    if endpoint.cache.l2 != "curvine":
+    """The endpoint's L2 identity and its facts (empty without an L2): its Curvine directory, or on Tiered Storage its
+    key space (the hash seed), for `validate --previous`."""
+    if endpoint.cache.l2 == "none":
         return {}
     connector = connector_for(endpoint)
     facts = json.dumps(connector.identity_facts(endpoint), sort_keys=True, separators=(",", ":"))
     return {L2_IDENTITY_ANNOTATION: connector.l2_identity(endpoint), L2_IDENTITY_FACTS_ANNOTATION: facts}
 
 
-def worker_env(endpoint: Endpoint) -> list[dict[str, Any]]:
+def worker_env(lob: str, endpoint: Endpoint) -> list[dict[str, Any]]:
     """The connector's worker env (LMCache's settings, hash seed, metrics directory and, for `l2: curvine`, what the
     Kyverno Policy builds the L2 URL from: kvtier/connectors/lmcache.py `operator_env`)."""
-    return connector_for(endpoint).operator_env(endpoint)
+    return connector_for(endpoint).operator_env(endpoint, lob_namespace(lob))
 
 
 def kv_cache_spec(endpoint: Endpoint) -> dict[str, Any]:
@@ -126,7 +131,7 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
             "modelInvocationPort": {"containerPort": VLLM_PORT, "name": "http"},
             "modelVolumeMount": {"name": MODEL_VOLUME, "mountPath": MODEL_PATH},
             "resources": size.resources(),
-            "environmentVariables": worker_env(endpoint),
+            "environmentVariables": worker_env(lob, endpoint),
         },
         "kvCacheSpec": kv_cache_spec(endpoint),
         # Immutable once set: a new routing strategy replaces the endpoint (design, "Operator mode").

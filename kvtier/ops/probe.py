@@ -10,11 +10,24 @@ counters from a thread every 10 s (LMCache 0.4.3, docs/references.md), so both w
 caught up, within bounds. Read-only apart from the two requests; bounded time per endpoint. The pods are reached
 through `PodAccess` (kvtier.ops.portforward for a cluster, plain URLs in tests); the HTTP side is `kvtier bench`'s
 client.
+
+`--isolation` (issue 34) checks that a request is never served KV cached under another `cache_salt`: a fresh prompt
+with salt X to pod A (cold), again with X to pod B (it must hit: else nothing below would prove anything), then with
+salt Y to B and with no salt to A: neither may take a cached token, on any tier (B holds X's KV in its GPU and L2, A
+in its GPU, CPU and L2). `--adapter NAME` (issue 35) does the same for LoRA adapters: NAME to A, NAME to B (a
+cross-replica L2 hit), then another adapter of the endpoint (or the base model) to B, and the base model to A when
+that other was an adapter: no cached token. Both judge each request by its own `usage.prompt_tokens_details.
+cached_tokens` (vLLM counts the tokens of its GPU prefix cache and its KV connector's there; kvtier renders
+`--enable-prompt-tokens-details`), never by fleet counters that real traffic also moves: the counters only pace the
+wait for A's asynchronous L2 store. Neither connector reports a request's hits anywhere else (LMCache only logs them).
+A salt the engine refuses (not a string, longer than it accepts) is reported with the engine's own message, exit 2.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import secrets
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -29,7 +42,8 @@ from kvtier.bench.http import new_client
 from kvtier.bench.metrics import Sample, scrape, total
 from kvtier.bench.prompts import PromptMaker, new_salt
 from kvtier.bench.records import Request, request_body
-from kvtier.connectors import DEFAULT_CONNECTOR, connector_named
+from kvtier.config.endpoint import Endpoint
+from kvtier.connectors import DEFAULT_CONNECTOR, connector_for, connector_named
 from kvtier.connectors.base import Connector, HitMetrics, Series
 from kvtier.errors import ExitCode
 
@@ -40,6 +54,7 @@ SETTLE_S = 2 * LMCACHE_STATS_INTERVAL_S + 5  # how long B's LMCache counters may
 REQUEST_TIMEOUT_S = 120.0
 ENDPOINT_BUDGET_S = 300.0  # everything for one endpoint, pod lookup to the last scrape
 POLL_S = 0.5
+PASSED = frozenset({"hit", "isolated"})  # the outcomes of a check that holds
 
 
 def _delta(before: list[Sample], after: list[Sample], series: Series) -> float | None:
@@ -79,7 +94,7 @@ class PodAccess(Protocol):
 class ProbeResult:
     lob: str
     endpoint: str
-    outcome: str  # hit | miss | unreachable
+    outcome: str  # hit | isolated (the checks passed) | miss | leak (problems) | refused (bad input) | unreachable
     message: str
     pod_a: str | None = None
     pod_b: str | None = None
@@ -88,6 +103,8 @@ class ProbeResult:
     a_write_bytes: int = 0
     seconds: float = 0.0
     counters: dict[str, float | None] = field(default_factory=dict)
+    check: str = "l2"  # l2 (cross-pod hit) | isolation (cache_salt) | adapter (LoRA adapters)
+    requests: list[dict[str, Any]] = field(default_factory=list)  # isolation and adapter checks: each request seen
 
 
 @dataclass(frozen=True)
@@ -100,7 +117,9 @@ class ProbeReport:
         outcomes = {r.outcome for r in self.results}
         if "unreachable" in outcomes:
             return ExitCode.UNAVAILABLE
-        return ExitCode.OK if outcomes <= {"hit"} else ExitCode.PROBLEMS
+        if "refused" in outcomes:
+            return ExitCode.USAGE
+        return ExitCode.OK if outcomes <= PASSED else ExitCode.PROBLEMS
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -277,3 +296,227 @@ async def probe_all(
         for lob, ep in targets
     ]
     return ProbeReport(environment, tuple(results))
+
+
+# ---- isolation (cache_salt, issue 34) and adapters (issue 35): judged per request -----------------------------------
+
+
+class RefusedError(Exception):
+    """The engine refused a probe request (HTTP 4xx): its own message, unchanged."""
+
+
+@dataclass(frozen=True)
+class Check:
+    """One isolation or adapter check of an endpoint: `adapter` None checks salts; else the adapter whose KV must be
+    shared across replicas and `others` the models (another adapter, the base model) that must never read it."""
+
+    lob: str
+    endpoint: Endpoint
+    adapter: str | None = None
+    others: tuple[str, ...] = ()
+    salt: Any = None  # the isolation check's salt X (None: a fresh random one); passed to the engine as given
+
+    @property
+    def kind(self) -> str:
+        return "isolation" if self.adapter is None else "adapter"
+
+
+@dataclass(frozen=True)
+class Asked:
+    """One request of a check and what it took from the caches."""
+
+    step: str  # e.g. "salt Y", "adapter support-v2"
+    pod: str
+    cached_tokens: int | None  # usage.prompt_tokens_details.cached_tokens; None: the engine does not report it
+    prompt_tokens: int | None
+
+
+def random_salt() -> str:
+    """A probe salt: printable, no character vLLM refuses in a salt (`@`, `/`, `\\`, NUL), well under its limit."""
+    return f"kvtier-probe-{secrets.token_hex(8)}"
+
+
+async def _ask(client: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int | None, int | None]:
+    """POST one completion (not streamed) and return (cached tokens, prompt tokens) from its `usage`. A refusal
+    (HTTP 4xx) raises RefusedError with the engine's own message; a pod that cannot be reached, UnreachableError."""
+    try:
+        async with asyncio.timeout(REQUEST_TIMEOUT_S):
+            async with client.post(f"{url}/v1/completions", json=body) as response:
+                text = await response.text()
+                status = response.status
+    except (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError) as err:
+        raise UnreachableError(f"cannot connect to {url}: {err}") from None
+    except (TimeoutError, aiohttp.ClientError) as err:
+        raise RuntimeError(f"the request to {url} got no answer: {type(err).__name__} {err}") from None
+    try:
+        answer = json.loads(text)
+    except ValueError:
+        answer = None
+    if status >= 400:
+        error = answer.get("error") if isinstance(answer, dict) else None
+        message = error.get("message") if isinstance(error, dict) else None
+        raise RefusedError(f"HTTP {status}: {message if isinstance(message, str) else text.strip()}")
+    usage = answer.get("usage") if isinstance(answer, dict) else None
+    if not isinstance(usage, dict):
+        return None, None
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    prompt = usage.get("prompt_tokens")
+    return (
+        int(cached) if isinstance(cached, int) else None,
+        int(prompt) if isinstance(prompt, int) else None,
+    )
+
+
+def _body(model: str, prompt: str, salt: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    if salt is not None:
+        body["cache_salt"] = salt
+    return body
+
+
+async def _served_model(client: aiohttp.ClientSession, url: str, endpoint: Endpoint) -> tuple[str, ...]:
+    """The models pod A lists (its base model first, then its adapters, as vLLM lists them)."""
+    listed = await models_probe(client, url, timeout_s=REQUEST_TIMEOUT_S)
+    if not listed.answered:
+        raise UnreachableError(f"{url}: {listed.error}")
+    if not listed.models:
+        raise RuntimeError(f"{url} lists no model ({listed.error or 'empty /v1/models'})")
+    base = endpoint.model.id if endpoint.model.id in listed.models else listed.models[0]
+    return (base, *(m for m in listed.models if m != base))
+
+
+def _thousands(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
+def _judge(check: Check, asked: list[Asked], first: Asked, second: Asked, leaks: list[Asked]) -> tuple[str, str]:
+    """(outcome, message) of a check from its requests' own cached-token counts."""
+    what = "salt X" if check.adapter is None else f"adapter {check.adapter}"
+    silent = [a for a in asked if a.cached_tokens is None]
+    if silent:
+        return (
+            "miss",
+            f"pod {silent[0].pod} reports no per-request cached tokens (usage.prompt_tokens_details), so nothing can "
+            "be judged: start vLLM with --enable-prompt-tokens-details (kvtier renders it; run `kvtier verify`)",
+        )
+    key = "cache_salt" if check.adapter is None else "LoRA adapter"
+    leaked = [a for a in leaks if a.cached_tokens]
+    if leaked:
+        shown = "; ".join(f"{a.step} on pod {a.pod} took {_thousands(a.cached_tokens)} cached tokens" for a in leaked)
+        cause = connector_for(check.endpoint).isolation_leak_cause(check.endpoint, key)
+        return "leak", f"KV crossed the {key}: {shown} of a prompt only {what} had sent; {cause}"
+    if not second.cached_tokens:
+        where = "another pod" if second.pod != first.pod else "the same pod"
+        return (
+            "miss",
+            f"the second request with {what} ({where}, pod {second.pod}) took no cached tokens, so the 0s of the "
+            "others prove nothing; run `kvtier verify --probe` (the cross-pod L2 check) first",
+        )
+    others = " and ".join(f"{a.step} (pod {a.pod})" for a in leaks)
+    return (
+        "hit" if check.adapter is not None else "isolated",
+        f"{what} took {_thousands(second.cached_tokens)} cached tokens on its second request (pod {second.pod}); "
+        f"{others} took 0 of its KV",
+    )
+
+
+async def run_check(
+    check: Check, names: tuple[str, str | None], url_a: str, url_b: str | None, *, timing: ProbeTiming
+) -> ProbeResult:
+    """One isolation or adapter check over pod A and pod B (`url_b` None: A alone, when the endpoint has one ready
+    pod; the adapter check needs two). Every request carries the same fresh prompt."""
+    start = time.monotonic()
+    endpoint = check.endpoint
+    connector = connector_for(endpoint)
+    name_a, name_b = names[0], names[1] or names[0]
+    result = ProbeResult(check.lob, endpoint.name, "miss", "", pod_a=name_a, pod_b=names[1], check=check.kind)
+    asked: list[Asked] = []
+    async with new_client(REQUEST_TIMEOUT_S) as client:
+        models = await _served_model(client, url_a, endpoint)
+        base = models[0]
+        prompt = probe_prompt(new_salt())
+        if check.adapter is None:
+            x = random_salt() if check.salt is None else check.salt
+            plan = [("salt X", base, x, "a"), ("salt X", base, x, "b"), ("salt Y", base, random_salt(), "b")]
+            plan.append(("no salt", base, None, "a"))
+        else:
+            if check.adapter not in models:
+                result.message = (
+                    f"pod {name_a} does not serve adapter {check.adapter} (it lists {', '.join(models)}); run "
+                    "`kvtier verify` and check the engine's start-up log"
+                )
+                return result
+            step = f"adapter {check.adapter}"
+            plan = [(step, check.adapter, None, "a"), (step, check.adapter, None, "b")]
+            for n, other in enumerate(check.others):  # the first on B (its L0 and L2 hold the KV), the next on A
+                label = "the base model" if other == base else f"adapter {other}"
+                plan.append((label, other, None, "b" if n == 0 else "a"))
+        urls = {"a": url_a, "b": url_b or url_a}
+        pods = {"a": name_a, "b": name_b}
+        hits = connector.hits
+        wait_store = endpoint.cache.l2 != "none"  # X's chunks must be in L2 before any other request looks
+        for n, (step, model, salt, pod) in enumerate(plan):
+            before = await _counters(client, urls[pod]) if n == 0 and wait_store else None
+            try:
+                cached, prompt_tokens = await _ask(client, urls[pod], _body(model, prompt, salt))
+            except RefusedError as err:
+                result.outcome = "refused"
+                result.message = f"the engine on pod {pods[pod]} refused the request with {step}: {err}"
+                result.requests = [asdict(a) for a in asked]
+                return result
+            asked.append(Asked(step, pods[pod], cached, prompt_tokens))
+            if before is not None:  # A stores to L2 after it answers: wait for it before B asks
+                await _wait_for_store(client, urls[pod], before, timing.store_wait_s, hits)
+    result.requests = [asdict(a) for a in asked]
+    result.hit_tokens = int(asked[1].cached_tokens or 0)
+    result.outcome, result.message = _judge(check, asked, asked[0], asked[1], asked[2:])
+    result.seconds = round(time.monotonic() - start, 3)
+    return result
+
+
+async def check_endpoint(access: PodAccess, check: Check, *, timing: ProbeTiming = ProbeTiming()) -> ProbeResult:
+    lob, name = check.lob, check.endpoint.name
+    try:
+        pods = access.pods(lob, name)
+    except UnreachableError as err:
+        return ProbeResult(lob, name, "unreachable", str(err), check=check.kind)
+    if check.adapter is not None and check.endpoint.cache.l2 == "none":
+        return ProbeResult(lob, name, "miss", "the endpoint has no L2: its replicas share no KV", check=check.kind)
+    # Without an L2 the replicas share nothing: the isolation check runs on one pod (its GPU and CPU caches).
+    pair = pick_pair(pods) if check.endpoint.cache.l2 != "none" else None
+    ready = sorted((p for p in pods if p.ready), key=lambda p: p.name)
+    if pair is None and (check.adapter is not None or not ready):
+        nodes = sorted({p.node for p in ready})
+        return ProbeResult(
+            lob,
+            name,
+            "miss",
+            f"needs {'two ready pods on different nodes' if check.adapter else 'a ready pod'}; found {len(ready)} "
+            f"ready on {len(nodes)} node(s): scale the endpoint to 2+ replicas spread over GPU nodes",
+            check=check.kind,
+        )
+    a, b = pair if pair is not None else (ready[0], None)
+    try:
+        async with asyncio.timeout(ENDPOINT_BUDGET_S):
+            async with access.connect(lob, a) as url_a:
+                if b is None:
+                    return await run_check(check, (a.name, None), url_a, None, timing=timing)
+                async with access.connect(lob, b) as url_b:
+                    return await run_check(check, (a.name, b.name), url_a, url_b, timing=timing)
+    except UnreachableError as err:
+        return ProbeResult(lob, name, "unreachable", str(err), a.name, b.name if b else None, check=check.kind)
+    except TimeoutError:
+        return ProbeResult(
+            lob, name, "miss", f"no result within {ENDPOINT_BUDGET_S:g} s", a.name, b.name if b else None,
+            check=check.kind,
+        )  # fmt: skip
+    except RuntimeError as err:
+        return ProbeResult(lob, name, "miss", str(err), a.name, b.name if b else None, check=check.kind)
+
+
+async def check_all(
+    environment: str, checks: Sequence[Check], access: PodAccess, *, timing: ProbeTiming = ProbeTiming()
+) -> ProbeReport:
+    """Every check in turn (one at a time: the requests must not overlap on a pod)."""
+    return ProbeReport(environment, tuple([await check_endpoint(access, c, timing=timing) for c in checks]))

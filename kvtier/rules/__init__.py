@@ -21,11 +21,12 @@ from kvtier.rules.autoscaling import check_autoscaling
 from kvtier.rules.context import Context, Findings
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
+from kvtier.rules.images import check_image_pins
 from kvtier.rules.l2 import check_connector, check_l2_pool, check_shared_model_ids, curvine_problems
 from kvtier.rules.models import check_context_length, check_model_kind, check_pinned_weights, endpoint_models
 from kvtier.rules.node_fit import check_node_requests
 from kvtier.rules.routing import check_routing
-from kvtier.rules.tiered_storage import check_tiered_storage
+from kvtier.rules.tiered_storage import check_tiered_storage, check_tiered_storage_keys
 
 __all__ = ["cross_check", "load_checked"]
 
@@ -63,6 +64,8 @@ def cross_check(
     check_eks_access(ctx, found)
     check_model_buckets(ctx, found)
     check_model_keys(ctx, found)
+    check_image_pins(ctx, found)
+    check_tiered_storage_keys(ctx, found)
     return found.errors, found.warnings
 
 

@@ -16,8 +16,8 @@ Reported, never refused: what issue 33 adds to a running environment, per stack:
 rules and changed Pod Security labels (each starts refusing traffic or objects at the apply); a standalone endpoint that turns autoscaling on (its Deployment loses `replicas`, so an apply
 may scale it to one pod once before KEDA's autoscaler takes over; Kubernetes "Migrating Deployments and StatefulSets
 to horizontal autoscaling", docs/references.md "Issue 27 (part A)"); an endpoint whose L2 identity changes (model, weights, dtype, tensor parallel, chunk size,
-image and its LMCache, ...: kvtier/connectors/). Its pods move to a new, empty L2 directory, so its L2 starts cold;
-the old one is left to the janitor. The notice names each fact that moved, with its old and new value.
+image and its LMCache, ...: kvtier/connectors/). Its pods move to a new, empty L2 directory (on Tiered Storage: keys
+from a new hash seed), so its L2 starts cold; the old one is left to the janitor. The notice names each fact that moved, with its old and new value.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any
 
 from kvtier.connectors import CONNECTORS, identity_connector
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION
+from kvtier.serving import L2_MARKER
 
 HYPERPOD_TYPE = "AWS::SageMaker::Cluster"
 HYPERPOD_CREATE_ONLY = (("ClusterName",), ("VpcConfig",), ("Orchestrator", "Eks"))
@@ -239,23 +240,53 @@ def _identities(template: dict[str, Any]) -> dict[tuple[str, str], tuple[str, di
     return out
 
 
+def _on_tiered_storage(template: dict[str, Any]) -> set[tuple[str, str]]:
+    """Operator endpoints whose L2 is HyperPod's Tiered Storage (an L2 the Kyverno Policy does not rewire)."""
+    out: set[tuple[str, str]] = set()
+    for key, iec in _objects(template, IEC_KIND).items():
+        env = _dig(iec, ("spec", "worker", "environmentVariables")) or []
+        rewired = any(isinstance(v, dict) and v.get("name") == L2_MARKER for v in env)
+        if _dig(iec, ("spec", "kvCacheSpec", "enableL2Cache")) and not rewired:
+            out.add(key)
+    return out
+
+
 def cold_starts(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> list[Change]:
-    """Endpoints whose L2 identity changed: they start on an empty L2 directory (a notice, not a refusal)."""
+    """Endpoints whose L2 identity changed: they start on an empty L2 directory, or on Tiered Storage with keys from
+    a new hash seed (a notice, not a refusal). A Tiered Storage endpoint deployed before its keys carried an identity
+    (issue 34) starts cold once too."""
     changes: list[Change] = []
     for stack in sorted(set(before) & set(after)):
-        new = _identities(after[stack])
-        for key, (old_id, old_facts) in sorted(_identities(before[stack]).items()):
+        old, new = _identities(before[stack]), _identities(after[stack])
+        tiered = _on_tiered_storage(after[stack])
+        for key, (old_id, old_facts) in sorted(old.items()):
             if key not in new or new[key][0] == old_id:
                 continue
             new_id, new_facts = new[key]
+            where = (
+                "its pods' Tiered Storage keys start from a new hash seed (the old KV is never served)"
+                if key in tiered
+                else "its pods write and read a new, empty L2 directory (the old KV is never served); the old "
+                "directory is left to the janitor"
+            )
             changes.append(
                 Change(
                     stack,
                     f"endpoint {key[0]}/{key[1]} L2 identity",
                     old_id,
                     new_id,
-                    f"L2 starts cold: {_why(old_facts, new_facts)}, so its pods write and read a new, empty L2 "
-                    "directory (the old KV is never served); the old directory is left to the janitor",
+                    f"L2 starts cold: {_why(old_facts, new_facts)}, so {where}",
+                )
+            )
+        for key in sorted((tiered & _on_tiered_storage(before[stack])) & set(new) - set(old)):
+            changes.append(
+                Change(
+                    stack,
+                    f"endpoint {key[0]}/{key[1]} L2 identity",
+                    None,
+                    new[key][0],
+                    "L2 starts cold once: its Tiered Storage keys now carry its identity (a hash seed of its own "
+                    "instead of the one every operator endpoint shared), so nothing cached before this change is read",
                 )
             )
     return changes

@@ -1,8 +1,8 @@
 """The engine test's launch settings, taken from what kvtier renders for a real endpoint of the example config.
 
 Two renderings of one endpoint:
-- `standalone`: the Deployment's vLLM container (args, env) and the LMCache ConfigMap file it mounts
-  (kvtier/k8s/standalone.py);
+- `standalone`: the Deployment's vLLM container (args, env: LMCache's settings are `LMCACHE_*` variables) and the
+  files of the ConfigMap it mounts (kvtier's connector module; kvtier/k8s/standalone.py);
 - `operator`: the worker env kvtier gives the operator (kvtier/k8s/operator_endpoint.py::worker_env, kvtier/connectors/lmcache.py) with the
   per-LOB Kyverno Policy's mutation applied, merged by name as Kyverno's strategic merge does (kyverno_policy.py).
 
@@ -112,7 +112,7 @@ def operator_pod(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
     from kvtier.k8s.operator_endpoint import vllm_args, worker_env
     from kvtier.serving import L2_IDENTITY_VAR
 
-    env = _plain_env(worker_env(endpoint))
+    env = _plain_env(worker_env(lob, endpoint))
     # The policy's variables, as Kyverno resolves them: the pod's `app` label, and the container's identity variable.
     variables = {ENDPOINT_VAR: endpoint.name, IDENTITY_VAR: env.get(L2_IDENTITY_VAR, "")}
     policy = l2_policy(lob)

@@ -1,4 +1,6 @@
 """The vLLM router for the real-router test: `vllm-router` from PyPI, installed once per lock into the cache folder.
+(`ensure` also installs the other pinned PyPI packages an engine test runs with the engine venv's python, such as
+the operator image's LMCache for the Tiered Storage key test: tiered_storage_keys.py.)
 
 pip installs requirements-router.txt with `--no-deps --target` into `${XDG_CACHE_HOME:-~/.cache}/kvtier/router-<digest>`
 (about 25 MB, seconds); the router then runs with the engine venv's python, which has the rest of its launcher's
@@ -32,20 +34,21 @@ def pins(lock_text: str) -> dict[str, str]:
     return found
 
 
-def folder_for(lock_text: str) -> Path:
-    return cache_root() / f"router-{hashlib.sha256(lock_text.encode()).hexdigest()[:16]}"
+def folder_for(lock_text: str, name: str = "router") -> Path:
+    return cache_root() / f"{name}-{hashlib.sha256(lock_text.encode()).hexdigest()[:16]}"
 
 
-def smoke(python: str, folder: Path) -> subprocess.CompletedProcess[str]:
+def smoke(python: str, folder: Path, code: str = SMOKE) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [python, "-c", SMOKE], env={"PYTHONPATH": str(folder)}, capture_output=True, text=True, timeout=60, check=False
+        [python, "-c", code], env={"PYTHONPATH": str(folder)}, capture_output=True, text=True, timeout=120, check=False
     )
 
 
-def ensure(python: str, lock: Path = LOCK) -> Path:
-    """The folder to put on the router's PYTHONPATH; installs it first if this lock has none yet."""
+def ensure(python: str, lock: Path = LOCK, *, name: str = "router", smoke_code: str = SMOKE) -> Path:
+    """The folder to put on the PYTHONPATH of what `lock` installs (the router by default); installs it first if
+    this lock has none yet, and keeps it only once `smoke_code` ran there."""
     text = lock.read_text(encoding="utf-8")
-    folder = folder_for(text)
+    folder = folder_for(text, name)
     folder.parent.mkdir(parents=True, exist_ok=True)
     with (folder.parent / f"{folder.name}.lock").open("w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)
@@ -73,9 +76,9 @@ def ensure(python: str, lock: Path = LOCK) -> Path:
         if done.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
             raise VenvError(f"installing {lock.name} failed: {(done.stderr or done.stdout).strip()[-800:]}")
-        check = smoke(python, folder)
+        check = smoke(python, folder, smoke_code)
         if check.returncode != 0:
             shutil.rmtree(folder, ignore_errors=True)
-            raise VenvError(f"the router does not import with {python}: {check.stderr.strip()[-800:]}")
+            raise VenvError(f"{lock.name} does not import with {python}: {check.stderr.strip()[-800:]}")
         (folder / DONE).write_text("ok\n", encoding="utf-8")
         return folder

@@ -39,26 +39,27 @@ def _launch(rendered: render.Rendered, tmp_path: Path) -> render.Launch:
 
 
 def test_standalone_settings_are_kvtiers_own(config: Config, tmp_path: Path) -> None:
-    """The engine gets the ConfigMap file and env kvtier renders; only the mount root and L1 size change."""
+    """The engine gets the env (every LMCache setting a `LMCACHE_*` variable: issue 34) and the ConfigMap file
+    kvtier renders; only the mount root and L1 size change."""
     endpoint = render.endpoint_of(config, LOB, ENDPOINT)
     rendered = render.standalone(config, LOB, endpoint)
-    assert rendered.lmcache == lmcache.lmcache_config(endpoint.cache, l2_subdir(endpoint))
+    settings = lmcache.lmcache_config(endpoint.cache, l2_subdir(endpoint))
+    assert rendered.lmcache == {key: lmcache.env_value(value) for key, value in settings.items()}
     assert rendered.env["PYTHONHASHSEED"] == serving.HASH_SEED
     launch = _launch(rendered, tmp_path)
     assert launch.l2_dir is not None
     assert launch.l2_dir.is_relative_to(tmp_path / "l2")
-    ((path, text),) = [(p, t) for p, t in launch.files.items() if p.suffix == ".yaml"]
-    assert path.is_relative_to(tmp_path / "root")
+    assert not [p for p in launch.files if p.suffix == ".yaml"]  # no settings file: the pod template has them
     # kvtier's connector module (issue 24) is written as rendered, in the folder its PYTHONPATH names here
     (module,) = [p for p in launch.files if p.suffix == ".py"]
+    assert module.is_relative_to(tmp_path / "root")
     assert launch.files[module] == rendered.files[f"{lmcache.CONFIG_DIR}/{module.name}"]
     assert launch.env["PYTHONPATH"].split(os.pathsep) == [str(tmp_path / "adapter"), str(module.parent)]
-    import yaml
-
-    local = yaml.safe_load(text)
-    unchanged = {k: v for k, v in local.items() if k not in ("remote_url", "max_local_cpu_size")}
-    assert unchanged == {k: v for k, v in rendered.lmcache.items() if k not in ("remote_url", "max_local_cpu_size")}
-    assert local["remote_url"] == f"fs://localhost:0{launch.l2_dir}/"
+    unchanged = {k: v for k, v in launch.env.items() if k.startswith("LMCACHE_") and k in rendered.env}
+    unchanged = {k: v for k, v in unchanged.items() if k not in (lmcache.REMOTE_URL, "LMCACHE_MAX_LOCAL_CPU_SIZE")}
+    assert unchanged == {k: rendered.env[k] for k in unchanged}
+    assert launch.env[lmcache.REMOTE_URL] == f"fs://localhost:0{launch.l2_dir}/"
+    assert launch.env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == str(render.L1_GIB)
     assert launch.args[launch.args.index("--model") + 1] == str(tmp_path / "model")
     assert launch.env["PROMETHEUS_MULTIPROC_DIR"].startswith(str(tmp_path / "root"))
 

@@ -16,7 +16,6 @@ from typing import Any
 
 import jmespath  # type: ignore[import-untyped]
 import pytest
-import yaml
 
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.config.loader import Config
@@ -27,7 +26,7 @@ from kvtier.k8s.operator_endpoint import inference_endpoint_config
 from kvtier.k8s.standalone import engine_deployment
 from kvtier.rules import load_checked
 from kvtier.serving import L2_CLAIM, L2_IDENTITY_VAR, L2_MOUNT_PATH
-from tests.support import CONFIG_DIR, lmcache_config_map, shared_path
+from tests.support import CONFIG_DIR, shared_path
 from tests.validation import crd_errors, validate_k8s
 
 NAMESPACE = "kvtier-retail"
@@ -331,14 +330,16 @@ def _operator_url(config: Config, policy: dict[str, Any], endpoint: Endpoint) ->
 
 def _standalone_url(config: Config, endpoint: Endpoint) -> str:
     standalone = endpoint.model_copy(update={"mode": "standalone"})
-    return str(yaml.safe_load(lmcache_config_map("retail", standalone)["data"]["lmcache.yaml"])["remote_url"])
+    container = engine_deployment(config.env, "retail", standalone)["spec"]["template"]["spec"]["containers"][0]
+    (url,) = _env(container, URL)
+    return str(url)
 
 
 @pytest.mark.parametrize("change", CHANGES)
 def test_a_change_that_breaks_kv_moves_the_pod_to_a_new_l2_directory(
     config: Config, policy: dict[str, Any], change: str
 ) -> None:
-    """Operator mode through the emulated Policy (the pod carries its identity), standalone mode in its ConfigMap."""
+    """Operator mode through the emulated Policy (the pod carries its identity), standalone mode in its pod template."""
     before, after = _endpoint(config), _changed(config, change)
     old, new = _operator_url(config, policy, before), _operator_url(config, policy, after)
     assert old != new and old.rsplit("/", 3)[1] == new.rsplit("/", 3)[1] == "qwen3-8b"  # same endpoint directory
@@ -354,7 +355,7 @@ def test_an_unchanged_endpoint_keeps_its_directory(config: Config, policy: dict[
 
 
 def test_both_modes_name_the_same_directory(config: Config, policy: dict[str, Any]) -> None:
-    """Same model, weights and image: the Policy's URL for the operator pod is the one the ConfigMap would carry."""
+    """Same model, weights and image: the Policy's URL for the operator pod is the standalone engine's."""
     endpoint = _endpoint(config, image="lmcache/vllm-openai:v0.4.3")
     assert _operator_url(config, policy, endpoint) == _standalone_url(config, endpoint)
 

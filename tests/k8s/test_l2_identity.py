@@ -17,9 +17,10 @@ from kvtier.config.loader import Config
 from kvtier.connectors import l2_identity, l2_identity_facts, l2_subdir, lmcache
 from kvtier.connectors.lmcache import DEFAULT_IMAGES, rewire_env
 from kvtier.k8s.operator_endpoint import worker_env
+from kvtier.k8s.standalone import engine_deployment
 from kvtier.rules import load_checked
 from kvtier.versions import OPERATOR_LMCACHE_VERSION, STANDALONE_LMCACHE_VERSION, STANDALONE_VLLM_IMAGE
-from tests.support import CONFIG_DIR, lmcache_config_map
+from tests.support import CONFIG_DIR
 
 lmcache_config_module = pytest.importorskip("lmcache.v1.config")
 LMCacheEngineConfig = lmcache_config_module.LMCacheEngineConfig
@@ -119,7 +120,7 @@ def test_both_modes_pin_the_file_format_over_any_other_config_file(
     endpoints = _endpoints(prod)
     operator = next(e for e in endpoints.values() if e.mode == "operator")
     _clean_env(monkeypatch)
-    for var in worker_env(operator):
+    for var in worker_env("retail", operator):
         monkeypatch.setenv(var["name"], str(var["value"]))
     config: Any = LMCacheEngineConfig.from_file(str(other))
     config.update_config_from_env()
@@ -131,9 +132,13 @@ def test_both_modes_pin_the_file_format_over_any_other_config_file(
     config = LMCacheEngineConfig.from_file(str(other))
     config.update_config_from_env()
     assert (config.extra_config, config.use_layerwise) == ({"save_chunk_meta": True}, False)
+    # The standalone engine's variables (its pod template) say both too, over any file.
     standalone = next(e for e in endpoints.values() if e.mode == "standalone")
     _clean_env(monkeypatch)
-    path = tmp_path / "standalone.yaml"
-    path.write_text(lmcache_config_map("support", standalone)["data"]["lmcache.yaml"])
-    config = LMCacheEngineConfig.from_file(str(path))
+    container = engine_deployment(prod.env, "support", standalone)["spec"]["template"]["spec"]["containers"][0]
+    for var in container["env"]:
+        if var["name"].startswith("LMCACHE_"):
+            monkeypatch.setenv(var["name"], str(var["value"]))
+    config = LMCacheEngineConfig.from_file(str(other))
+    config.update_config_from_env()
     assert (config.extra_config, config.use_layerwise) == ({"save_chunk_meta": True}, False)

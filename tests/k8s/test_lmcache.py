@@ -204,18 +204,26 @@ def test_every_emitted_lmcache_variable_is_read_by_lmcache(prod: Config) -> None
     sources = "".join(p.read_text(encoding="utf-8") for p in LMCACHE_SOURCE.rglob("*.py"))
     for name in sorted(others):
         assert re.search(rf"""["']{name}["']""", sources), f"{name} is neither a config key nor read by LMCache"
-    assert others == {"LMCACHE_CONFIG_FILE", "LMCACHE_TRACK_USAGE"}
+    assert others == {"LMCACHE_TRACK_USAGE"}  # no LMCACHE_CONFIG_FILE: every setting is a variable (issue 34)
 
 
-def test_standalone_config_map_matches_what_lmcache_reads(prod: Config, tmp_path: Path, lmcache_log: Records) -> None:
+def test_the_standalone_engine_env_is_what_lmcache_reads(
+    prod: Config, monkeypatch: pytest.MonkeyPatch, lmcache_log: Records
+) -> None:
+    """The engine container's `LMCACHE_*` variables (its pod template: issue 34), through LMCache's own env loader,
+    are the endpoint's settings, its L2 directory included."""
     for lob in prod.lobs:
         for endpoint in lob.endpoints:
-            config = LMCACHE.settings(endpoint)
+            config = LMCACHE.settings(endpoint.model_copy(update={"mode": "standalone"}))
             if not config:
                 continue
-            parsed = _parse_file(tmp_path, config)
+            standalone = endpoint.model_copy(update={"mode": "standalone", "routing": "prefixaware"})
+            container = engine_deployment(prod.env, lob.name, standalone)["spec"]["template"]["spec"]["containers"][0]
+            parsed = _parse_env(monkeypatch, [v for v in container["env"] if v["name"].startswith("LMCACHE_")])
             assert endpoint.cache.l1_gb in (parsed.max_local_cpu_size * endpoint.tensor_parallel, 0)
             assert parsed.chunk_size == endpoint.cache.chunk_size
+            assert (parsed.remote_url, parsed.remote_serde) == (config.get("remote_url"), config["remote_serde"])
+            assert parsed.extra_config == config.get("extra_config")
     assert lmcache_log.warnings() == []
 
 

@@ -87,7 +87,7 @@ def test_engine_deployment(prod: Config) -> None:
         "kv_load_failure_policy": "recompute",  # an L2 chunk that cannot be read is computed again (issue 22)
     }
     env = {e["name"]: e for e in container["env"]}
-    assert env["LMCACHE_CONFIG_FILE"]["value"] == "/etc/lmcache/lmcache.yaml"
+    assert "LMCACHE_CONFIG_FILE" not in env  # every setting is a variable of the pod template (issue 34)
     assert env["PYTHONHASHSEED"]["value"] == "0" and env["PROMETHEUS_MULTIPROC_DIR"]["value"]
     assert env["HF_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "hf-token", "key": "token"}}
     mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
@@ -102,11 +102,35 @@ def test_engine_deployment(prod: Config) -> None:
     assert {"name": "http", "containerPort": 8000} in container["ports"]
 
 
-def test_config_map_holds_the_endpoint_identity_directory(prod: Config) -> None:
+def _engine_env(prod: Config, endpoint: Endpoint) -> dict[str, str]:
+    container = engine_deployment(prod.env, "support", endpoint)["spec"]["template"]["spec"]["containers"][0]
+    return {e["name"]: e["value"] for e in container["env"] if "value" in e}
+
+
+def test_the_pod_template_holds_the_endpoint_identity_directory(prod: Config) -> None:
+    """Where a pod reads and writes L2 lives in its pod template (issue 34): an old ReplicaSet's pod keeps its own
+    directory whatever a later apply does to the ConfigMap, which holds only kvtier's connector module."""
     endpoint = _support(prod)
+    env = _engine_env(prod, endpoint)
+    assert env["LMCACHE_REMOTE_URL"] == f"fs://localhost:0/mnt/kvtier/l2/llama31-8b/{l2_identity(endpoint)}/"
+    assert env["LMCACHE_MAX_LOCAL_CPU_SIZE"] == "24.0" and env["LMCACHE_REMOTE_SERDE"] == "naive"
+    assert env["LMCACHE_CHUNK_SIZE"] == "256" and env["LMCACHE_EXTRA_CONFIG"] == '{"save_chunk_meta": true}'
+    assert set(lmcache_config_map("support", endpoint)["data"]) == {"kvtier_lmcache.py"}
+    revised = endpoint.model_copy(update={"model": endpoint.model.model_copy(update={"revision": "c" * 40})})
+    assert lmcache_config_map("support", revised) == lmcache_config_map("support", endpoint)  # never rewritten
+    assert _engine_env(prod, revised)["LMCACHE_REMOTE_URL"] != env["LMCACHE_REMOTE_URL"]
+
+
+def test_the_rollout_break_renders_the_settings_into_the_config_map(
+    prod: Config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """KVTIER_ROLLOUT_BREAK (the engine test's self-check) restores the rendering before issue 34."""
+    endpoint = _support(prod)
+    monkeypatch.setenv("KVTIER_ROLLOUT_BREAK", "1")
+    env = _engine_env(prod, endpoint)
+    assert env["LMCACHE_CONFIG_FILE"] == "/etc/lmcache/lmcache.yaml" and "LMCACHE_REMOTE_URL" not in env
     data = yaml.safe_load(lmcache_config_map("support", endpoint)["data"]["lmcache.yaml"])
     assert data["remote_url"] == f"fs://localhost:0/mnt/kvtier/l2/llama31-8b/{l2_identity(endpoint)}/"
-    assert data["max_local_cpu_size"] == 24.0 and data["remote_serde"] == "naive"
 
 
 def test_no_lmcache_means_no_connector(prod: Config) -> None:

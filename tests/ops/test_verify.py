@@ -121,7 +121,7 @@ def _pod(containers: list[dict[str, Any]], volumes: list[dict[str, Any]]) -> dic
 
 def test_an_operator_pod_as_the_kyverno_policy_leaves_it_passes(dev: Config) -> None:
     endpoint = dev.lobs[0].endpoints[0]
-    env = {e["name"]: e for e in worker_env(endpoint)}
+    env = {e["name"]: e for e in worker_env("retail", endpoint)}
     env["LMCACHE_REMOTE_URL"] = {"name": "LMCACHE_REMOTE_URL", "value": "sagemaker-hyperpod://$(NODE_IP):9200"}
     env.update({e["name"]: e for e in rewire_env(l2_subdir(endpoint))})  # strategic merge: env entries by name
     container = {
@@ -133,7 +133,7 @@ def test_an_operator_pod_as_the_kyverno_policy_leaves_it_passes(dev: Config) -> 
     assert pod_problems(endpoint, _pod([container], volumes)) == []
     # Before the policy ran: the operator's URL, no mount.
     operator_url = {"name": "LMCACHE_REMOTE_URL", "value": "sagemaker-hyperpod://$(NODE_IP):9200"}
-    before = dict(container, env=[*worker_env(endpoint), operator_url], volumeMounts=[])
+    before = dict(container, env=[*worker_env("retail", endpoint), operator_url], volumeMounts=[])
     problems = pod_problems(endpoint, _pod([before], []))
     assert len(problems) == 2 and "not this endpoint's L2 directory" in problems[0]
 
@@ -142,7 +142,7 @@ def test_a_pod_left_on_an_old_identity_is_reported(dev: Config) -> None:
     """After a model change, a pod still writing the old model's directory is not this endpoint's L2 any more."""
     endpoint = dev.lobs[0].endpoints[0]
     old = endpoint.model_copy(update={"model": endpoint.model.model_copy(update={"revision": "b" * 40})})
-    env = {e["name"]: e for e in [*worker_env(old), *rewire_env(l2_subdir(old))]}  # as the Policy left it
+    env = {e["name"]: e for e in [*worker_env("retail", old), *rewire_env(l2_subdir(old))]}  # as the Policy left it
     container = {
         "name": endpoint.name,
         "env": list(env.values()),
@@ -155,6 +155,19 @@ def test_a_pod_left_on_an_old_identity_is_reported(dev: Config) -> None:
 
 
 def test_a_standalone_pod_as_the_chart_renders_it_passes(dev: Config) -> None:
+    endpoint = dev.lobs[0].endpoints[0].model_copy(update={"mode": "standalone"})
+    pod = engine_deployment(dev.env, "retail", endpoint)["spec"]["template"]
+    assert pod_problems(endpoint, pod, [lmcache_config_map("retail", endpoint)]) == []
+    serde = next(e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "LMCACHE_REMOTE_SERDE")
+    serde["value"] = "cachegen"
+    assert pod_problems(endpoint, pod, []) == [
+        "LMCACHE_REMOTE_SERDE is 'cachegen', not 'naive' (other serdes do not store through remote connectors)"
+    ]
+
+
+def test_a_pod_rendered_before_issue_34_is_read_through_its_file(dev: Config, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod from before the settings moved into the pod template reads them from its ConfigMap file."""
+    monkeypatch.setenv("KVTIER_ROLLOUT_BREAK", "1")  # the old rendering
     endpoint = dev.lobs[0].endpoints[0].model_copy(update={"mode": "standalone"})
     pod = engine_deployment(dev.env, "retail", endpoint)["spec"]["template"]
     configmap = lmcache_config_map("retail", endpoint)

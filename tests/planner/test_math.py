@@ -281,12 +281,10 @@ def test_every_gpu_instance_has_dated_planning_facts_and_prices() -> None:
 def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
     """The node-RAM check counts what the charts tell LMCache to pin: `max_local_cpu_size` once per TP rank (LMCache
     starts one engine per rank), staging when L1 is off; and the pod's memory request holds it."""
-    import yaml
-
     from kvtier.config.endpoint import CacheConfig
     from kvtier.connectors.lmcache import env_name
     from kvtier.k8s.operator_endpoint import worker_env
-    from kvtier.k8s.standalone import engine_config_map
+    from kvtier.k8s.standalone import engine_deployment
     from kvtier.planner.host import pod_memory
     from kvtier.sizing import worker_size
 
@@ -304,12 +302,13 @@ def test_pinned_l1_matches_what_the_endpoint_charts_emit(tp: int) -> None:
             }
             changed = endpoint.model_copy(update=update)
             if mode == "standalone":
-                config_map = engine_config_map("retail", changed)  # none without L1 and L2
-                settings = yaml.safe_load(config_map["data"]["lmcache.yaml"]) if config_map else {}
-                per_rank = float(settings.get("max_local_cpu_size", 0.0))
+                container = engine_deployment(config.env, "retail", changed)["spec"]["template"]["spec"]["containers"][
+                    0
+                ]
+                variables = {v["name"]: v.get("value") for v in container["env"]}
             else:
-                variables = {v["name"]: v["value"] for v in worker_env(changed)}
-                per_rank = float(variables.get(env_name("max_local_cpu_size"), 0.0))
+                variables = {v["name"]: v["value"] for v in worker_env("retail", changed)}
+            per_rank = float(variables.get(env_name("max_local_cpu_size")) or 0.0)
             pinned = pod_memory("retail", changed).l1_gib
             assert per_rank * tp == pytest.approx(pinned), (mode, routing, cache)
             assert pinned == (20.0 if cache.l1_gb else 2.0 if cache.l2 != "none" else 0.0)  # per replica, any TP
