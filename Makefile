@@ -150,11 +150,12 @@ test: setup
 	if [ "$$rc" != 0 ]; then echo "make test: pytest failed (exit $$rc)"; fi; \
 	[ "$$rc" = 0 ] && [ "$$lint_rc" = 0 ]
 
+# -p tests.engine.timetable: a table of each module's wall time (engine start-ups, scenario, tests) at the end.
 test-engine: setup promtool fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
 	  KVTIER_HEARTBEAT_S=30 timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest -p tests.heartbeat \
-	  tests/engine -m engine
+	  -p tests.engine.timetable tests/engine -m engine
 
 bench-synth: setup
 	$(PY) -m tools.benchsynth
