@@ -182,8 +182,8 @@ def write_doc(path: Path, modules: dict[str, ModuleTimes], wall_s: float) -> Non
         "",
         f"Wall seconds of each test module of the last `make test-engine` on this machine ({stamp}, "
         f"{os.cpu_count()} CPUs, load average at the end {load}), from tests/engine/timetable.py: waiting for "
-        "engines to serve (`Engines.wait`), the rest of the set-up (the scenario a module fixture runs), the test "
-        "bodies and the teardown (stopping engines).",
+        "engines to serve (`Engines.wait`), the rest of the set-up (the scenario a module fixture runs, stopping its "
+        "engines included), the test bodies and the fixtures' teardown.",
         "",
         *table(modules, wall_s),
     ]
