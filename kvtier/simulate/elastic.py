@@ -181,7 +181,7 @@ class _ElasticRun(Replay):
 
     def start(self, replica: int, request: Request, now: float) -> None:
         super().start(replica, request, now)
-        self.served_at.append((request[0] - self.t0, self.ttft[-1]))
+        self.served_at.append((request[0] - self.t0, self.ttft.last))
         if replica in self.awaiting_first:
             self.awaiting_first.discard(replica)
             self.first[replica] = TierTokens(*self.last_hits)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from array import array
 from collections import deque
 from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
@@ -33,7 +32,7 @@ from kvtier.planner.pool_routing import CacheAwareKnobs
 from kvtier.planner.ttft import ttft
 from kvtier.serving import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.simulate.cache import LRU, SharedPool
-from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
+from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, TtftSample
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
 from kvtier.simulate.trace import Request, UnitTrace, to_units
 from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_TARGET_FRACTION
@@ -162,7 +161,7 @@ class Replay:
         )
         self.events: list[Event] = []
         self.sequence = 0
-        self.ttft = array("d")  # one 8-byte float per served request (exact percentiles)
+        self.ttft = TtftSample()
         # Tokens per tier (l0, l1, l2 same, l2 other, miss) per LoRA adapter (None: the base model, issue 35); the
         # totals are their sum.
         self.per_adapter: dict[str | None, list[int]] = {}
@@ -244,7 +243,7 @@ class Replay:
             skipped=self.skipped,
             skipped_tokens=self.skipped_tokens,
             tokens=TierTokens(*totals),
-            ttft_s=summarize_ttft(self.ttft),
+            ttft_s=self.ttft.summary(),
             per_replica=tuple(ReplicaLoad(n, b) for n, b in zip(self.served, self.busy, strict=True)),
             makespan_s=max(self.last_done - first, 0.0),
             l2_written_units=self.l2.written,
@@ -313,7 +312,7 @@ class Replay:
         service = parts.total_s
         done = now + service
         self.busy[replica] += service
-        self.ttft.append(done - arrival)
+        self.ttft.add(done - arrival)
         self.sequence += 1
         heapq.heappush(self.events, (done, self.sequence, replica, request, known))
 
