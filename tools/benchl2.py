@@ -194,7 +194,19 @@ def section(points: Sequence[Point], repeat: int, load_before: str) -> str:
         f"the engine venv. KV shape of the dev endpoint's {MODEL_ID} (bf16); one L2 hit is {HIT_TOKENS:,} tokens "
         f"of files, about {POINT_BYTES >> 20} MiB of hits a point, one hit at a time; {repeat} interleaved passes "
         "of connector and plain reader, median rates and median ratio (connector over plain reader, same files, same "
-        "mount). tools/benchl2.py and tools/l2read.py say exactly what each side does.",
+        "mount).",
+        "",
+        "- LMCache: its own `StorageManager` with kvtier's rendered settings (`fs://` RemoteBackend, `remote_serde` "
+        "naive, `save_chunk_meta` on; its L1 buffer cut to what this machine has): the lookup (`get_block_mapping`, "
+        "one existence check a chunk) and `batched_get` of each hit into its CPU memory objects, as a worker's "
+        "retrieve does. On a GPU node the copy from those objects to the GPU follows; this CPU machine does not "
+        "measure it, so these rows are the fs connector's read only.",
+        "- vLLM: its fs tier's own `batch_load_block` (the C extension) on the tier's thread pool, one job a hit, into "
+        "a buffer the size of the CPU tier's blocks, O_DIRECT where the mount takes it (the tier's own probe); the "
+        "CPU-tier-to-GPU copy is not measured either.",
+        "- Plain reader: each file opened, read whole into one buffer and closed, one after another (what `cat` "
+        "does). Before every pass of either reader the disk and FUSE files' cached pages are dropped "
+        "(`posix_fadvise(DONTNEED)`); tmpfs has no other copy.",
         "",
         *table(points),
         "",
