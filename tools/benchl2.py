@@ -61,6 +61,7 @@ class Point:
     ratio: float  # median of the interleaved passes' ratios
     lookup_share: float | None = None  # LMCache: the part of a hit spent in the lookup
     o_direct: bool | None = None
+    failed: str = ""  # why the connector could not read the files (then the rates are 0)
 
 
 def kv_shape(model: Model, tokens: int) -> list[int]:
@@ -91,6 +92,10 @@ def spec(connector: str, folder: Path, tokens: int, model: Model, repeat: int, *
         "lmcache": lmcache_settings(tokens),
         "kv_shape": kv_shape(model, tokens),
     }
+
+
+class PointError(RuntimeError):
+    """tools/l2read.py failed on a point: its last line (the error the connector met)."""
 
 
 def run_point(python: Path, point_spec: dict[str, Any], scratch: Path) -> dict[str, Any]:
@@ -135,17 +140,25 @@ def mounts(scratch: Path, fuse: bool) -> Iterator[list[tuple[str, Path, bool]]]:
         shutil.rmtree(shm, ignore_errors=True)
 
 
-def measure(python: Path, repeat: int, fuse: bool) -> list[Point]:
+def measure(python: Path, repeat: int, fuse: bool, only: Sequence[str] = ()) -> list[Point]:
+    """Every point, mount by mount; `only`: just these mounts."""
     model = MODELS[MODEL_ID]
     points: list[Point] = []
     with tempfile.TemporaryDirectory(prefix="kvtier-benchl2-", dir="/var/tmp") as folder:
         scratch = Path(folder)
         with mounts(scratch, fuse) as found:
             for name, root, evict in found:
+                if only and name not in only:
+                    continue
                 sizes = [("lmcache", tokens) for tokens in LMCACHE_CHUNKS] + [("vllm", t) for t in VLLM_BLOCKS]
                 for connector, tokens in sizes:
                     point = spec(connector, root / f"{connector}-{tokens}", tokens, model, repeat, evict=evict)
-                    result = run_point(python, point, scratch)
+                    try:
+                        result = run_point(python, point, scratch)
+                    except PointError as err:  # a connector that cannot read this mount is a result too
+                        points.append(Point(connector, name, tokens, point["file_bytes"], 0, 0, 0, failed=str(err)))
+                        print(f"benchl2: {points[-1]}", file=sys.stderr, flush=True)
+                        continue
                     points.append(
                         Point(
                             connector,
@@ -177,6 +190,12 @@ def table(points: Sequence[Point]) -> list[str]:
     ]
     for p in points:
         share = f"{p.lookup_share:.0%}" if p.lookup_share is not None else ""
+        if p.failed:
+            lines.append(
+                f"| {TITLES[p.connector]} | {p.mount} | {p.tokens:,} | {p.file_bytes / 1e6:,.1f} | | | failed: "
+                f"{p.failed.replace('|', '/')} | |"
+            )
+            continue
         lines.append(
             f"| {TITLES[p.connector]} | {p.mount} | {p.tokens:,} | {p.file_bytes / 1e6:,.1f} | {p.plain / 1e9:.2f} | "
             f"{p.read / 1e9:.2f} | {p.ratio:.2f} | {share} |"
@@ -185,7 +204,11 @@ def table(points: Sequence[Point]) -> list[str]:
 
 
 def section(points: Sequence[Point], repeat: int, load_before: str) -> str:
-    ratios = {c: statistics.median(p.ratio for p in points if p.connector == c) for c in TITLES}
+    ratios = {
+        c: statistics.median(p.ratio for p in points if p.connector == c and not p.failed)
+        for c in TITLES
+        if any(p.connector == c and not p.failed for p in points)
+    }
     lines = [
         "## L2 read efficiency (`make bench-l2`)",
         "",
@@ -224,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--engine-python", type=Path, default=ENGINE_PYTHON, help="the engine venv's python")
     parser.add_argument("--repeat", type=int, default=5, help="interleaved passes a point (default 5)")
     parser.add_argument("--no-fuse", action="store_true", help="skip the FUSE mount (it needs fuse3)")
+    parser.add_argument("--mounts", nargs="+", choices=("tmpfs", "disk", "fuse"), default=(), help="only these")
     parser.add_argument("--output", type=Path, help="update this Markdown file's section instead of printing")
     args = parser.parse_args(argv)
     if not args.engine_python.exists():
@@ -232,7 +256,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     signal.signal(signal.SIGTERM, _stop)  # so the mounts and scratch folders are cleaned up (their `finally`)
     load_before = load_average()
-    points = measure(args.engine_python, max(1, args.repeat), fuse=not args.no_fuse)
+    points = measure(args.engine_python, max(1, args.repeat), fuse=not args.no_fuse, only=args.mounts)
     text = section(points, max(1, args.repeat), load_before)
     if args.output:
         write_section(args.output, "l2-read", text)

@@ -71,3 +71,11 @@ def test_the_section_has_one_row_a_point_and_the_median_ratio_per_connector() ->
 def test_without_the_engine_venv_it_says_how_to_get_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert benchl2.main(["--engine-python", str(tmp_path / "none")]) == 2
     assert "make test-engine" in capsys.readouterr().err
+
+
+def test_a_point_the_connector_cannot_read_is_a_row_saying_why() -> None:
+    failed = benchl2.Point("vllm", "fuse", 16, 2_359_296, 0, 0, 0, failed="OSError: [Errno 22] Invalid argument")
+    ok = benchl2.Point("vllm", "tmpfs", 16, 2_359_296, 2e9, 1e9, 0.5)
+    text = benchl2.section([failed, ok], 3, "-")
+    assert "| vLLM fs tier | fuse | 16 | 2.4 | | | failed: OSError: [Errno 22] Invalid argument | |" in text
+    assert "vLLM fs tier 0.50" in text
