@@ -192,6 +192,7 @@ SCALE_ENDPOINT = ("dev", "retail", "qwen3-8b")  # the shipped dev config's endpo
 SCALE_REPLICAS = 4  # as issue 40 measured
 UNBOUNDED = ("--l1-gib", "1e9", "--l2-gb", "1e9")  # an exabyte-scale L1 and L2: nothing is ever evicted
 GOAL_TIME, GOAL_MEMORY = 2.0, 1.5
+BASELINE = f"{STRATEGIES[0]}, --baseline checkout"  # the same command from another commit (before issue 40)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,16 +233,17 @@ def _copies() -> Iterator[int]:
         copy += 1
 
 
-def process_cost(argv: Sequence[str]) -> Cost:
+def process_cost(argv: Sequence[str], source: Path | None = None) -> Cost:
     """Run `python -m MODULE ARGS` (`argv`: the module and its arguments) to its end, output discarded and exit 0
     required, and measure that process alone: wall, CPU (`os.wait4`) and peak memory (tools/peakrss.py says why not
-    from `wait4`)."""
+    from `wait4`). `source`: import the module from that checkout instead (another commit's kvtier)."""
     with tempfile.TemporaryDirectory(prefix="benchsim-run-") as folder:
         peak, errors = Path(folder) / "peak", Path(folder) / "stderr"
         with errors.open("wb") as stderr:
             started = time.perf_counter()
-            command = [sys.executable, "-m", "tools.peakrss", str(peak), *argv]
-            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=ROOT)
+            command = [sys.executable, str(ROOT / "tools" / "peakrss.py"), str(peak), *argv]
+            env = os.environ | {"PYTHONPATH": str(source or ROOT)}
+            process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, cwd=source or ROOT, env=env)
             try:
                 _, status, usage = os.wait4(process.pid, 0)
             except BaseException:
@@ -297,7 +299,7 @@ def median_cost(costs: Sequence[Cost]) -> Cost:
     )
 
 
-def measure_scale(source: Path, sizes: Sequence[int], repeat: int, scratch: Path) -> str:
+def measure_scale(source: Path, sizes: Sequence[int], repeat: int, scratch: Path, baseline: Path | None = None) -> str:
     model, age = scale_model()
     load_before = load_average()
     lines = [
@@ -327,10 +329,15 @@ def measure_scale(source: Path, sizes: Sequence[int], repeat: int, scratch: Path
             groups = [(r,) for r in STRATEGIES] + [tuple(STRATEGIES)]
             for group in groups:
                 runs[" ".join(group)] = []
+            if baseline is not None:
+                runs[BASELINE] = []
             for _ in range(repeat):
                 runs["bare"].append(process_cost(bare_argv(trace, model, unbounded=unbounded, max_age_s=age)))
                 for group in groups:
                     runs[" ".join(group)].append(process_cost(kvtier_argv(trace, group, unbounded=unbounded)))
+                if baseline is not None:
+                    argv = kvtier_argv(trace, [STRATEGIES[0]], unbounded=unbounded)
+                    runs[BASELINE].append(process_cost(argv, baseline))
             bare = median_cost(runs.pop("bare"))
             for label, costs in runs.items():
                 cost = median_cost(costs)
@@ -361,12 +368,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="REQUESTS",
         help="measure the whole process against the bare replay on traces of these sizes (copies of --trace)",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="with --scale: also time roundrobin from this checkout of kvtier (e.g. `git archive` of an older commit)",
+    )
     args = parser.parse_args(argv)
     if args.scale:
         if min(args.scale) < 1:
             parser.error(f"--scale {' '.join(map(str, args.scale))}: give request counts of 1 or more")
         with tempfile.TemporaryDirectory(prefix="benchsim-") as scratch:
-            section = measure_scale(args.trace, args.scale, max(1, args.repeat), Path(scratch))
+            section = measure_scale(args.trace, args.scale, max(1, args.repeat), Path(scratch), args.baseline)
         if args.output:
             write_section(args.output, "simulate-scale", section)
         else:
