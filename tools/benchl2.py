@@ -216,8 +216,8 @@ def section(points: Sequence[Point], repeat: int, load_before: str) -> str:
         f"work (load average before: {load_before}, after: {load_average()}), LMCache 0.4.3 and vLLM 0.32.0 from "
         f"the engine venv. KV shape of the dev endpoint's {MODEL_ID} (bf16); one L2 hit is {HIT_TOKENS:,} tokens "
         f"of files, about {POINT_BYTES >> 20} MiB of hits a point, one hit at a time; {repeat} interleaved passes "
-        "of connector and plain reader, median rates and median ratio (connector over plain reader, same files, same "
-        "mount).",
+        "of connector and plain reader, and the fastest pass of each (the one other work slowed least, as `timeit` "
+        "does): rates and ratio (connector over plain reader, same files, same mount).",
         "",
         "- LMCache: its own `StorageManager` with kvtier's rendered settings (`fs://` RemoteBackend, `remote_serde` "
         "naive, `save_chunk_meta` on; its L1 buffer cut to what this machine has): the lookup (`get_block_mapping`, "

@@ -48,11 +48,11 @@ def test_the_plain_reader_reads_every_byte_and_pages_can_be_dropped(tmp_path: Pa
     assert done == 1 + 5000 + (3 << 20) and seconds > 0
 
 
-def test_the_ratio_pairs_each_pass_with_the_plain_pass_after_it() -> None:
-    connector = [(100, 1.0), (100, 2.0), (100, 1.0)]  # 100, 50, 100 B/s
-    plain = [(100, 2.0), (100, 1.0), (100, 1.0)]  # 50, 100, 100 B/s
-    assert l2read.paired(connector, plain) == 1.0  # ratios 2.0, 0.5, 1.0: the median
-    assert l2read.best(connector)["rate"] == 100.0
+def test_the_ratio_is_fastest_pass_over_fastest_pass() -> None:
+    connector = [(100, 1.0), (100, 4.0), (100, 2.0)]  # 100, 25, 50 B/s
+    plain = [(100, 2.0), (100, 0.5), (100, 1.0)]  # 50, 200, 100 B/s
+    assert l2read.paired(connector, plain) == 0.5
+    assert l2read.best(connector)["rate"] == 100.0 and l2read.best(connector)["median"] == 50.0
 
 
 def test_the_section_has_one_row_a_point_and_the_median_ratio_per_connector() -> None:
