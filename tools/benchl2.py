@@ -114,9 +114,8 @@ def run_point(python: Path, point_spec: dict[str, Any], scratch: Path) -> dict[s
     finally:
         shutil.rmtree(point_spec["dir"], ignore_errors=True)
     if run.returncode != 0:
-        raise RuntimeError(
-            f"tools/l2read.py failed on {point_spec['connector']} {point_spec['dir']}:\n{run.stderr[-3000:]}"
-        )
+        lines = [line for line in run.stderr.splitlines() if line.strip()]
+        raise PointError(lines[-1][:300] if lines else f"tools/l2read.py exited {run.returncode}")
     result: dict[str, Any] = json.loads(run.stdout.strip().splitlines()[-1])
     return result
 

@@ -67,6 +67,18 @@ def best(runs: list[tuple[int, float]]) -> dict[str, Any]:
     return {"rate": rates[-1], "median": rates[len(rates) // 2], "rates": rates, "bytes": runs[0][0]}
 
 
+def plain_pass(paths: list[Path], size: int, *, drop: bool) -> tuple[int, float]:
+    """One pass of the plain reader, after dropping the files' cached pages when asked."""
+    if drop:
+        evict(paths)
+    return plain_read(paths, size)
+
+
+def result(runs: list[tuple[int, float]], plain: list[tuple[int, float]], **extra: Any) -> dict[str, Any]:
+    """A point's JSON: both readers' rates, their ratio and what else the connector's reader measured."""
+    return {"connector": best(runs), "plain": best(plain), "ratio": paired(runs, plain), **extra}
+
+
 def paired(runs: list[tuple[int, float]], plain: list[tuple[int, float]]) -> float:
     """The connector's fastest pass over the plain reader's fastest (the passes are interleaved, so both had the
     same chances of a quiet moment)."""
@@ -97,16 +109,9 @@ def lmcache(spec: dict[str, Any]) -> dict[str, Any]:
             done, looking = read_hits(manager, remote, hits, spec["kv_shape"][2])
             runs.append((done, time.perf_counter() - started))
             lookups.append(looking)
-            if spec["evict"]:
-                evict(paths)
-            plain.append(plain_read(paths, largest))
-        return {
-            "connector": best(runs),
-            "plain": best(plain),
-            "ratio": paired(runs, plain),
-            "lookup_share": sorted(look / run[1] for look, run in zip(lookups, runs, strict=True))[len(runs) // 2],
-            "file_bytes": paths[0].stat().st_size,
-        }
+            plain.append(plain_pass(paths, largest, drop=spec["evict"]))
+        shares = sorted(look / run[1] for look, run in zip(lookups, runs, strict=True))
+        return result(runs, plain, lookup_share=shares[len(shares) // 2], file_bytes=paths[0].stat().st_size)
     finally:
         manager.close()
 
@@ -211,16 +216,8 @@ def vllm(spec: dict[str, Any]) -> dict[str, Any]:
                 if not all(ok for _, ok, _ in finished):
                     raise RuntimeError(f"the fs tier failed to load a block of job {job}")
             runs.append((size * count, time.perf_counter() - started))
-            if spec["evict"]:
-                evict(files)
-            plain.append(plain_read(files, size))
-        return {
-            "connector": best(runs),
-            "plain": best(plain),
-            "ratio": paired(runs, plain),
-            "file_bytes": size,
-            "o_direct": o_direct,
-        }
+            plain.append(plain_pass(files, size, drop=spec["evict"]))
+        return result(runs, plain, file_bytes=size, o_direct=o_direct)
     finally:
         pool.shutdown()
         view.release()

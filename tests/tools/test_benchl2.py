@@ -79,3 +79,13 @@ def test_a_point_the_connector_cannot_read_is_a_row_saying_why() -> None:
     text = benchl2.section([failed, ok], 3, "-")
     assert "| vLLM fs tier | fuse | 16 | 2.4 | | | failed: OSError: [Errno 22] Invalid argument | |" in text
     assert "vLLM fs tier 0.50" in text
+
+
+def test_a_reader_that_fails_is_a_point_error_with_its_last_line(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'Traceback ...' >&2\necho 'OSError: [Errno 22] Invalid argument' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    spec = benchl2.spec("vllm", tmp_path / "point", 16, QWEN3, 1, evict=False)
+    with pytest.raises(benchl2.PointError, match=r"^OSError: \[Errno 22\] Invalid argument$"):
+        benchl2.run_point(fake, spec, tmp_path)
+    assert not (tmp_path / "point").exists()  # the point's files are removed either way
