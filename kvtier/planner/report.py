@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
-from kvtier.connectors import connector_for
+from kvtier.connectors import connector_for, l2_read_share
 from kvtier.planner.autoscaling import propose
 from kvtier.planner.cost import (
     FIXED_SOURCES,
@@ -21,7 +21,7 @@ from kvtier.planner.cost import (
 )
 from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.shapes import endpoint_model
-from kvtier.planner.speed import l2_connector_share, speeds
+from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import endpoint_tiers, l2_share
 from kvtier.planner.ttft import cold_ttft, l2_hit_ttft
 from kvtier.sizing import lora_gib_per_gpu
@@ -146,8 +146,8 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
             "h2d_gbps": instance.gpu_spec.host_to_gpu_gbps,
             "l1_chunk_s": tiers.l1_load_seconds(chunk),
             # the network model's rate at the connector's read efficiency for these files (issue 40)
-            "l2_read_gbps": speed.l2_read_gbps * l2_connector_share(endpoint, model) if has_l2 else None,
-            "l2_connector_share": l2_connector_share(endpoint, model) if has_l2 else None,
+            "l2_read_gbps": speed.l2_read_gbps * l2_read_share(endpoint, model) if has_l2 else None,
+            "l2_connector_share": l2_read_share(endpoint, model) if has_l2 else None,
             "l2_hit_fixed_s": tiers.l2_hit_fixed_s if has_l2 else None,
             "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,  # fixed part + the chunk's bytes
             "l2_chunk_s_single_flow": speed.l2_single_flow_s_per_token * chunk if has_l2 else None,

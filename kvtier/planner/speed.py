@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvtier.catalog import GB, L2_CALIBRATION_FILE_BYTES, SINGLE_FLOW_GBPS, Gpu, InstanceType, Model
-from kvtier.config.endpoint import Endpoint
-from kvtier.connectors import connector_for, connector_named
+from kvtier.catalog import GB, SINGLE_FLOW_GBPS, Gpu, InstanceType, Model
 
 
 @dataclass(frozen=True)
@@ -55,15 +53,3 @@ def speeds(model: Model, instance: InstanceType, tensor_parallel: int) -> Speeds
         forward_floor_s=model.weight_bytes / tensor_parallel / (gpu.memory_gbps * GB) if gpu.memory_gbps else 0.0,
         prefill_tflops=flops / 1e12,
     )
-
-
-CALIBRATION_CONNECTOR = "lmcache"  # what the blog's L2 read (l2_network_efficiency) ran
-
-
-def l2_connector_share(endpoint: Endpoint, model: Model) -> float:
-    """How fast the endpoint's connector reads its L2 files relative to what the network model was calibrated with:
-    its measured read efficiency at its files' size over LMCache's at the blog's (L2_CALIBRATION_FILE_BYTES), at
-    most 1 (nothing measured says larger files beat the blog's rate over a network). The catalog's l2_read_gbps
-    times this is the endpoint's L2 read rate; 1.0 for LMCache at the blog's file size and above."""
-    calibrated = connector_named(CALIBRATION_CONNECTOR).read_efficiency.at(int(L2_CALIBRATION_FILE_BYTES.value))
-    return min(connector_for(endpoint).l2_read_efficiency(endpoint, model) / calibrated, 1.0)

@@ -11,12 +11,12 @@ from kvtier.catalog import GB, GIB, Model
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
-from kvtier.connectors import connector_for
+from kvtier.connectors import connector_for, l2_read_share
 from kvtier.errors import UsageError
 from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
 from kvtier.planner.shapes import endpoint_model
-from kvtier.planner.speed import l2_connector_share, speeds
+from kvtier.planner.speed import speeds
 from kvtier.sizing import lora_gib_per_gpu
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def endpoint_tiers(
     connector = connector_for(endpoint)
     unit = connector.file_unit(endpoint)  # LMCache's chunk, or vLLM's block on its own connector
     # The network model's rate at the connector's measured efficiency for these files (docs/planning.md).
-    l2_s_per_token = speed.l2_s_per_token / l2_connector_share(endpoint, model)
+    l2_s_per_token = speed.l2_s_per_token / l2_read_share(endpoint, model)
     return TierModel(
         kv_bytes_per_token=kv,
         chunk_tokens=unit.tokens,

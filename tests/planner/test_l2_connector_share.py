@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from kvtier.catalog import L2_CALIBRATION_FILE_BYTES, MODELS
-from kvtier.connectors import connector_named
+from kvtier.connectors import connector_named, l2_read_share
 from kvtier.connectors.base import ReadEfficiency
-from kvtier.planner.speed import l2_connector_share, speeds
+from kvtier.planner.speed import speeds
 from kvtier.planner.tiers import find_endpoint, tier_model
 from kvtier.rules import load_checked
 
@@ -55,7 +55,7 @@ def test_lmcache_at_the_blogs_file_size_keeps_the_calibrated_rate(config_copy: P
     _, endpoint = find_endpoint(load_checked(config_copy, "dev"), "retail", "qwen3-8b")
     qwen2 = MODELS["Qwen/Qwen2-7B-Instruct"]
     assert lmcache.l2_file_bytes(endpoint, qwen2) == blog
-    assert l2_connector_share(endpoint, qwen2) == 1.0
+    assert l2_read_share(endpoint, qwen2) == 1.0
 
 
 def test_small_files_plan_a_slower_l2_read_by_exactly_the_measured_share(config_copy: Path) -> None:
@@ -65,7 +65,7 @@ def test_small_files_plan_a_slower_l2_read_by_exactly_the_measured_share(config_
     config = load_checked(config_copy, "dev")
     lob, endpoint = find_endpoint(config, "retail", "qwen3-8b")
     model = MODELS["Qwen/Qwen3-8B"]
-    share = l2_connector_share(endpoint, model)
+    share = l2_read_share(endpoint, model)
     lmcache = connector_named("lmcache")
     calibrated = lmcache.read_efficiency.at(int(L2_CALIBRATION_FILE_BYTES.value))
     assert share == pytest.approx(min(lmcache.read_efficiency.at(16 * model.kv_bytes_per_token + 28) / calibrated, 1))
@@ -76,3 +76,28 @@ def test_small_files_plan_a_slower_l2_read_by_exactly_the_measured_share(config_
     tiers = tier_model(config, lob.name, endpoint.name)
     assert tiers.l2_load_s_per_token == pytest.approx(network / share)
     assert tiers.l2_load_s_per_token > network * 1.05
+
+
+def _measured_tmpfs_rows() -> dict[str, list[tuple[int, float]]]:
+    """(file bytes, ratio) of each connector's tmpfs rows in docs/benchmarks.md's `make bench-l2` section."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("<!-- begin:l2-read -->", 1)[1].split("<!-- end:l2-read -->", 1)[0]
+    rows: dict[str, list[tuple[int, float]]] = {"lmcache": [], "vllm": []}
+    names = {"LMCache `fs://`": "lmcache", "vLLM fs tier": "vllm"}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 8 and cells[0] in names and cells[1] == "tmpfs" and not cells[6].startswith("failed"):
+            tokens = int(cells[2].replace(",", ""))
+            rows[names[cells[0]]].append((tokens * MODELS["Qwen/Qwen3-8B"].kv_bytes_per_token, float(cells[6])))
+    return rows
+
+
+@pytest.mark.parametrize("name", ["lmcache", "vllm"])
+def test_the_curves_are_the_tmpfs_rows_docs_benchmarks_shows(name: str) -> None:
+    """The planner's source is the table: after `make bench-l2` the curves are updated with it (the header bytes of
+    LMCache's files aside)."""
+    measured = _measured_tmpfs_rows()[name]
+    curve = connector_named(name).read_efficiency.points
+    assert len(measured) == len(curve) >= 2
+    for (size, share), (doc_size, doc_share) in zip(curve, measured, strict=True):
+        assert abs(size - doc_size) <= 28 and share == doc_share
