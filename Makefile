@@ -27,8 +27,8 @@ ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 ENGINE_TIMEOUT_S ?= 2400
 
-.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-client crds clean promtool \
-	fuse bench-janitor
+.PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-sim-scale bench-client crds \
+	clean promtool fuse bench-janitor bench-l2
 
 # The first synth or test of a clone installs for a minute or two before it does what was asked: say so up front
 # (scripts/install-venv.sh then prints each step, and a line every 8 s while one runs).
@@ -52,6 +52,8 @@ help:
 	@echo "make bench-sim    time kvtier simulate and the replay (SIM_TRACE=...), write docs/benchmarks.md"
 	@echo "make bench-client client CPU per request, kvtier bench vs vllm bench serve (engine venv), write docs/benchmarks.md"
 	@echo "make bench-janitor one janitor pass over 1,000,000 files: time and memory, write docs/benchmarks.md"
+	@echo "make bench-sim-scale kvtier simulate vs a bare replay at 360,930 and 1,000,000 requests (SIM_TRACE=...)"
+	@echo "make bench-l2     L2 read rate of each connector vs a plain reader on tmpfs, disk, FUSE (engine venv)"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
 	@echo "make fuse         install fusermount3 and libfuse3 (Debian fuse3) where missing, for the L2 fault tests"
@@ -150,11 +152,12 @@ test: setup
 	if [ "$$rc" != 0 ]; then echo "make test: pytest failed (exit $$rc)"; fi; \
 	[ "$$rc" = 0 ] && [ "$$lint_rc" = 0 ]
 
+# -p tests.engine.timetable: a table of each module's wall time (engine start-ups, scenario, tests) at the end.
 test-engine: setup promtool fuse
 	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
 	KVTIER_ENGINE_PYTHON="$(CURDIR)/$(ENGINE_VENV)/bin/python" KVTIER_ENGINE_BENCH_DOC=docs/benchmarks.md \
 	  KVTIER_HEARTBEAT_S=30 timeout --signal=TERM --kill-after=60 $(ENGINE_TIMEOUT_S) $(PY) -m pytest -p tests.heartbeat \
-	  tests/engine -m engine
+	  -p tests.engine.timetable tests/engine -m engine
 
 bench-synth: setup
 	$(PY) -m tools.benchsynth
@@ -168,6 +171,19 @@ SIM_TRACE ?= examples/traces/mooncake_synthetic.jsonl
 
 bench-sim: setup
 	$(PY) -m tools.benchsim --trace $(SIM_TRACE) --repeat 5 --output docs/benchmarks.md
+
+# Issue 40's production sizes: copies of SIM_TRACE (the Mooncake conversation trace in docs/benchmarks.md), the whole
+# command per routing against tools/barereplay.py; about half an hour on 2 shared cores.
+SIM_SCALE ?= 360930 1000000
+
+bench-sim-scale: setup
+	$(PY) -m tools.benchsim --trace $(SIM_TRACE) --scale $(SIM_SCALE) --repeat 1 --output docs/benchmarks.md
+
+# LMCache's and vLLM's own storage code from the engine venv (linked like make test-engine does; no engine starts)
+# against a plain reader, on tmpfs, a disk folder and the FUSE fixture (fuse3).
+bench-l2: setup fuse
+	TORCH_INDEX_URL="$(TORCH_INDEX_URL)" python3 tests/engine/venv.py $(ENGINE_LOCK) $(ENGINE_VENV)
+	$(PY) -m tools.benchl2 --engine-python $(ENGINE_VENV)/bin/python --output docs/benchmarks.md
 
 # Needs the engine venv (make test-engine builds it) for vllm bench serve.
 bench-client: setup

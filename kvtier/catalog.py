@@ -50,6 +50,14 @@ L2_NETWORK_EFFICIENCY = Fact(
     "ml.g6e.4xlarge, whose line rate is 20 Gbps = 2.5 GB/s (reference curvine-lmcache.md 1.13, 4.1); applying the "
     "same fraction to other sizes is an assumption",
 )
+L2_CALIBRATION_FILE_BYTES = Fact(
+    256 * 57_344 + 28,
+    "bytes",
+    "the files of that read: LMCache chunks of 256 tokens (its default, the blog's) of Qwen2-7B (57,344 B a token) "
+    "with LMCache's 28-byte chunk header (save_chunk_meta, its default); l2_network_efficiency includes what LMCache "
+    "reading files of this size costs, so the planner scales it by a connector's efficiency over LMCache's at this "
+    "size (kvtier/planner/speed.py, docs/benchmarks.md 'L2 read efficiency')",
+)
 L2_FUSE_CAP_GBPS = Fact(
     10.3,
     "GB/s",
@@ -145,6 +153,7 @@ PLANNING_FACTS: Mapping[str, Fact] = {
     "prefill_mfu": PREFILL_MFU,
     "l2_network_efficiency": L2_NETWORK_EFFICIENCY,
     "l2_fuse_cap_gbps": L2_FUSE_CAP_GBPS,
+    "l2_calibration_file_bytes": L2_CALIBRATION_FILE_BYTES,
     "l2_hit_fixed_s": L2_HIT_FIXED_S,
     "single_flow_gbps": SINGLE_FLOW_GBPS,
     "hours_per_month": HOURS_PER_MONTH,

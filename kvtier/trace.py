@@ -17,6 +17,8 @@ import os
 import select
 import shlex
 import stat
+import sys
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,10 @@ class TraceRequest:
     adapter: str | None = None
 
 
+# A request as `read_rows` yields it: the fields of `TraceRequest`, in its order.
+Row = tuple[float, int, int, tuple[int, ...], int, str | None]
+
+
 @dataclass(frozen=True)
 class Trace:
     requests: tuple[TraceRequest, ...]
@@ -69,9 +75,23 @@ def load_trace(
     """Read and check a trace file, one line at a time: `limit` keeps the first N requests and reads no further, so
     its memory and time do not depend on the file's length; `progress` gets the bytes read so far, every
     PROGRESS_LINES lines and at the end."""
+    rows = read_rows(path, block_tokens=block_tokens, limit=limit, progress=progress)
+    return Trace(tuple(TraceRequest(*row) for row in rows), block_tokens, str(path))
+
+
+def read_rows(
+    path: Path,
+    *,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> Iterator[Row]:
+    """The checked requests of a trace file, one at a time in file order, as `Row`s (what `TraceRequest` holds, as
+    a plain tuple: a streaming reader makes millions of them). Holds one line at a time; TraceError as
+    `load_trace`."""
     try:
         with _open(path) as handle:
-            return parse_trace(_lines(handle, path, progress), str(path), block_tokens=block_tokens, limit=limit)
+            yield from parse_rows(_lines(handle, path, progress), str(path), block_tokens=block_tokens, limit=limit)
     except OSError as err:
         raise TraceError(
             f"cannot read trace {path} ({err.strerror or err}); give a Mooncake-format JSONL file"
@@ -155,23 +175,36 @@ def parse_trace(
     block_tokens: int = MOONCAKE_BLOCK_TOKENS,
     limit: int | None = None,
 ) -> Trace:
-    requests: list[TraceRequest] = []
+    rows = parse_rows(lines, source, block_tokens=block_tokens, limit=limit)
+    return Trace(tuple(TraceRequest(*row) for row in rows), block_tokens, source)
+
+
+def parse_rows(
+    lines: Iterable[str],
+    source: str = "<trace>",
+    *,
+    block_tokens: int = MOONCAKE_BLOCK_TOKENS,
+    limit: int | None = None,
+) -> Iterator[Row]:
+    """Check each line and yield it as a `Row`; TraceError naming the line on the first bad one, or on a trace
+    with no request at all (after the last line)."""
+    decode = _DECODER.decode
+    count = 0
     for number, line in enumerate(lines, start=1):
-        if limit is not None and len(requests) >= limit:
+        if limit is not None and count >= limit:
             break
         if not line.strip():
             continue
-        where = f"{source}:{number}"
         try:
-            row = json.loads(line, parse_constant=_non_finite)
+            row = decode(line)
         except json.JSONDecodeError as err:
-            raise TraceError(f"{where}: not JSON ({err.msg}); write one JSON object a line") from err
+            raise TraceError(f"{source}:{number}: not JSON ({err.msg}); write one JSON object a line") from err
         except _NonFiniteError as err:
-            raise TraceError(f"{where}: {err} is not a finite number; every number must be finite") from err
-        requests.append(_request(row, where, number, block_tokens))
-    if not requests:
+            raise TraceError(f"{source}:{number}: {err} is not a finite number; every number must be finite") from err
+        yield _row(row, source, number, block_tokens)
+        count += 1
+    if not count:
         raise TraceError(f"{source}: the trace has no requests; give one JSON object a line ({', '.join(FIELDS)})")
-    return Trace(tuple(requests), block_tokens, source)
 
 
 class _NonFiniteError(ValueError):
@@ -183,10 +216,54 @@ def _non_finite(name: str) -> NoReturn:
     raise _NonFiniteError(name)
 
 
+_DECODER = json.JSONDecoder(parse_constant=_non_finite)  # one decoder: json.loads builds one per call with options
+
+
 _INT = frozenset({int})  # `type(True)` is bool, so bools are refused too
+# Ids are 64-bit at most (Mooncake's are small counters): the simulator gives each LoRA adapter its own key space
+# above them (kvtier/simulate/trace.py).
+HASH_ID_LIMIT = 1 << 64
+_FLOAT_MAX_INT = int(sys.float_info.max)  # a larger integer is no time (float() overflows)
 
 
-def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceRequest:
+def _row(row: Any, source: str, number: int, block_tokens: int) -> Row:
+    """A line's request, checked. The common case is one expression of C-level checks; any failure goes to
+    `_refuse`, which finds the first problem and says it."""
+    try:
+        timestamp, length, output, ids = row["timestamp"], row["input_length"], row["output_length"], row["hash_ids"]
+        adapter = row.get("adapter")
+    except (TypeError, KeyError, AttributeError):
+        _refuse(row, source, number, block_tokens)
+    kind = type(timestamp)
+    if not (
+        ((kind is float and 0.0 <= timestamp < math.inf) or (kind is int and 0 <= timestamp <= _FLOAT_MAX_INT))
+        and type(length) is int
+        and length >= 1
+        and type(output) is int
+        and output >= 1
+        and type(ids) is list
+        and len(ids) == -(-length // block_tokens)
+        and _ids_ok(ids)
+        and (adapter is None or (type(adapter) is str and 1 <= len(adapter) <= ADAPTER_MAX))
+    ):
+        _refuse(row, source, number, block_tokens)
+    return float(timestamp), length, output, tuple(ids), number, adapter
+
+
+def _ids_ok(ids: list[Any]) -> bool:
+    """Every id an integer in [0, HASH_ID_LIMIT). One C-level pass: an array of unsigned 64-bit integers takes exactly
+    those, and booleans (True is 1), which only an id equal to 0 or 1 can hide; those lists get the exact check.
+    (The per-id Python loop was half of parsing, a set of types and min/max a quarter.)"""
+    try:
+        array("Q", ids)
+    except (TypeError, OverflowError):
+        return False
+    return not (True in ids or False in ids) or set(map(type, ids)) <= _INT
+
+
+def _refuse(row: Any, source: str, number: int, block_tokens: int) -> NoReturn:
+    """The TraceError of the first problem of a line `_row` did not accept."""
+    where = f"{source}:{number}"
     if not isinstance(row, dict) or any(key not in row for key in FIELDS):
         raise TraceError(f"{where}: a line must be a JSON object with the keys {', '.join(FIELDS)} (Mooncake format)")
     timestamp = row["timestamp"]
@@ -198,9 +275,10 @@ def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceReque
             raise TraceError(f"{where}: {name} {_show(value)} is not a token count; give an integer >= 1")
     length: int = row["input_length"]
     ids = row["hash_ids"]
-    # Checked with C-level passes (types, then the smallest id): the per-id Python loop was half of parsing.
     if not isinstance(ids, list) or not set(map(type, ids)) <= _INT or (ids and min(ids) < 0):
         raise TraceError(f"{where}: hash_ids must be a list of integers >= 0 (one id per {block_tokens}-token block)")
+    if ids and max(ids) >= HASH_ID_LIMIT:
+        raise TraceError(f"{where}: hash id {max(ids)} is not a 64-bit id; give ids below 2**64")
     expected = -(-length // block_tokens)
     if len(ids) != expected:
         raise TraceError(
@@ -208,12 +286,10 @@ def _request(row: Any, where: str, number: int, block_tokens: int) -> TraceReque
             f"a Mooncake trace has one id per {block_tokens}-token block ({expected} here)"
         )
     adapter = row.get("adapter")
-    if adapter is not None and (not isinstance(adapter, str) or not 1 <= len(adapter) <= ADAPTER_MAX):
-        raise TraceError(
-            f"{where}: adapter {_show(adapter)} is not an adapter name; give a string of 1-{ADAPTER_MAX} characters, "
-            "or null for the base model"
-        )
-    return TraceRequest(float(timestamp), length, row["output_length"], tuple(ids), number, adapter)
+    raise TraceError(
+        f"{where}: adapter {_show(adapter)} is not an adapter name; give a string of 1-{ADAPTER_MAX} characters, "
+        "or null for the base model"
+    )
 
 
 def _show(value: object) -> str:

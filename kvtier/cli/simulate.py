@@ -8,9 +8,11 @@ is Mooncake-format JSONL (timestamp ms, input_length, output_length, hash_ids of
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime
 import math
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ if TYPE_CHECKING:
     from kvtier.planner.model import TierModel
     from kvtier.planner.pool_routing import CacheAwareKnobs
     from kvtier.simulate.engine import SimConfig
+    from kvtier.simulate.result import SimResult
 
     TierModelFunction = Callable[..., TierModel]
 
@@ -154,51 +157,46 @@ def load_tier_model() -> TierModelFunction:
 def run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from kvtier.simulate.engine import simulate
     from kvtier.simulate.report import gibibytes, gigabytes, json_report, print_report
-    from kvtier.simulate.result import SimResult
-    from kvtier.simulate.trace import UnitTrace, to_units
     from kvtier.trace import load_trace
 
     _check_flags(args)
     config = load_from_args(args)
     lob, endpoint = _pick(config, args.lob, args.endpoint)
     err = Console(stderr=True)
-    with _progress(err, _file_bytes(args.trace) >= PROGRESS_MIN_BYTES) as bar:  # from the first line read
-        reading = bar.add_task(f"reading {args.trace.name} (bytes)", total=_file_bytes(args.trace) or None)
-        trace = load_trace(args.trace, limit=args.limit, progress=_advance(bar, reading, 0))
     out = run_folder(args.out or DEFAULT_OUT / config.env.name / lob.name / endpoint.name)
-    if not args.no_plots:
-        from kvtier.cli.bench import prepare_out_dir
-
-        prepare_out_dir(out)  # before the replay: its plots must have somewhere to go
     tier_model = load_tier_model()
-    if args.autoscale:
+    if args.autoscale:  # the autoscaler's replay needs the whole trace (its span) before it starts
+        with _progress(err, _file_bytes(args.trace) >= PROGRESS_MIN_BYTES) as bar:
+            reading = bar.add_task(f"reading {args.trace.name} (bytes)", total=_file_bytes(args.trace) or None)
+            trace = load_trace(args.trace, limit=args.limit, progress=_advance(bar, reading, 0))
+        _prepare_out(args, out)
         return simulate_elastic.run(
             args, config, lob, endpoint, trace, tier_model, out, lambda r, m: _sim_config(args, lob, endpoint, m, r),
             _console(),
         )  # fmt: skip
     strategies = list(dict.fromkeys(args.routing or STRATEGIES))
-    runs: list[tuple[TierModel, UnitTrace, SimConfig, dict[str, float]]] = []
-    for l1_gib in args.l1_gib or [None]:
-        for l2_gb in args.l2_gb or [None]:
-            model = tier_model(config, lob.name, endpoint.name, replicas=args.replicas, l1_gib=l1_gib, l2_gb=l2_gb)
-            units = to_units(trace, model.chunk_tokens, args.qps_scale)
-            labels = {
-                "l1_gib": l1_gib if l1_gib is not None else gibibytes(model.l1_tokens, model),
-                "l2_gb": l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model),
-            }
-            for routing in strategies:
-                runs.append((model, units, _sim_config(args, lob, endpoint, model, routing), labels))
+    runs: list[tuple[TierModel, SimConfig]] = []
+    labels: list[dict[str, float]] = []
 
-    results: list[SimResult] = []
-    total = len(runs) * len(trace)
-    with _progress(err, total >= PROGRESS_MIN_REQUESTS) as bar:
-        task = bar.add_task("simulating", total=total)
-        for done_runs, (model, units, sim, labels) in enumerate(runs):
-            result = simulate(units, model, sim, _advance(bar, task, done_runs * len(trace)))
-            results.append(dataclasses.replace(result, extra=dict(labels)))
+    def plan_runs() -> None:
+        for l1_gib in args.l1_gib or [None]:
+            for l2_gb in args.l2_gb or [None]:
+                model = tier_model(config, lob.name, endpoint.name, replicas=args.replicas, l1_gib=l1_gib, l2_gb=l2_gb)
+                sizes = {
+                    "l1_gib": l1_gib if l1_gib is not None else gibibytes(model.l1_tokens, model),
+                    "l2_gb": l2_gb if l2_gb is not None and model.has_l2 else gigabytes(model.l2_tokens, model),
+                }
+                for routing in strategies:
+                    runs.append((model, _sim_config(args, lob, endpoint, model, routing)))
+                    labels.append(sizes)
+
+    results = [
+        dataclasses.replace(result, extra=dict(sizes))
+        for result, sizes in zip(_replay(args, err, plan_runs, runs, out), labels, strict=True)
+    ]
     results.sort(key=lambda r: (strategies.index(r.routing), r.extra["l1_gib"], r.extra["l2_gb"]))  # stable
+    requests = results[0].requests
 
     where = f"{config.env.name}/{lob.name}/{endpoint.name}"
     title = f"{where} on {args.trace.name} (x{args.qps_scale:g} rate, seed {args.seed})"
@@ -208,14 +206,14 @@ def run(args: argparse.Namespace) -> int:
 
         plots = [str(p) for p in write_plots(results, out, title)]
     # The header's model: the first with an L2 (a sweep may start at 0 GB), so its break-even is the endpoint's.
-    first = next((model for model, *_ in runs if model.has_l2), runs[0][0])
+    first = next((model for model, _ in runs if model.has_l2), runs[0][0])
     if args.json:
         context = {
             "env": config.env.name,
             "lob": lob.name,
             "endpoint": endpoint.name,
             "configured_routing": endpoint.routing,
-            "trace": {"path": str(args.trace), "requests": len(trace)},
+            "trace": {"path": str(args.trace), "requests": requests},
             "l2_max_age_hours": lob.l2.max_age_hours,
             "janitor_every_s": args.janitor_every,
             "out": str(out) if plots else None,
@@ -230,6 +228,68 @@ def run(args: argparse.Namespace) -> int:
         print(f"kvtier simulate: every request is longer than max_model_len {first.max_model_len}", file=sys.stderr)
         return int(ExitCode.PROBLEMS)
     return int(ExitCode.OK)
+
+
+def _replay(
+    args: argparse.Namespace,
+    err: Any,
+    plan_runs: Callable[[], None],
+    runs: list[tuple[TierModel, SimConfig]],
+    out: Path,
+) -> list[SimResult]:
+    """Every run over one pass of the trace (kvtier/simulate/stream.py), in the order of `runs`; `plan_runs` fills
+    `runs` once the trace's first line is known to be good and the plots' folder writable (a trace problem is said
+    before a sizing one, as when the whole trace was read first). A regular file is streamed; a trace out of time order is read again and replayed
+    sorted in memory, and so is one from a pipe, which cannot be read twice."""
+    from itertools import chain
+
+    from kvtier.simulate.stream import OutOfOrderError, replay_sorted, replay_stream, units_bound
+    from kvtier.trace import read_rows
+
+    size = _file_bytes(args.trace)
+    regular = _is_regular(args.trace)
+    with _progress(err, size >= PROGRESS_MIN_BYTES) as bar:  # from the first line read
+        # Reading is replaying: one bar, in bytes of the trace; the reading task only names the file and unit.
+        bar.add_task(f"reading {args.trace.name} (bytes)", total=size or None, visible=False)
+        task = bar.add_task("simulating", total=size or None)
+        rows = read_rows(args.trace, limit=args.limit, progress=_advance(bar, task, 0))
+        first = next(rows)
+        created = _prepare_out(args, out)
+        try:
+            plan_runs()
+            if not regular:
+                return replay_sorted(chain([first], rows), runs, source=str(args.trace))
+            try:
+                bound = units_bound(size)
+                return replay_stream(chain([first], rows), runs, source=str(args.trace), max_units=bound)
+            except OutOfOrderError:
+                again = read_rows(args.trace, limit=args.limit, progress=_advance(bar, task, 0))
+                return replay_sorted(again, runs, source=str(args.trace))
+        except BaseException:
+            if created:
+                _remove_empty(out)  # no half-made run folder from a trace that failed half-way
+            raise
+
+
+def _prepare_out(args: argparse.Namespace, out: Path) -> bool:
+    """Create and check the plots' folder before the replay (its plots must have somewhere to go); True if created."""
+    if args.no_plots:
+        return False
+    from kvtier.cli.bench import prepare_out_dir
+
+    return prepare_out_dir(out)
+
+
+def _remove_empty(folder: Path) -> None:
+    with contextlib.suppress(OSError):  # not empty (a file someone put there) or gone: left as it is
+        folder.rmdir()
+
+
+def _is_regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False  # read_rows says why
 
 
 def _console() -> Any:
@@ -363,7 +423,8 @@ class _Lines:
     def __exit__(self, *exc: object) -> None:
         return None
 
-    def add_task(self, description: str, total: float | None = None) -> int:
+    def add_task(self, description: str, total: float | None = None, visible: bool = True) -> int:  # noqa: ARG002
+        """Announced either way (rich's `visible=False` hides a bar; a line names what is read)."""
         self.tasks[len(self.tasks)] = (description, total)
         print(f"kvtier simulate: {description} ...", file=sys.stderr, flush=True)
         self.last = time.monotonic()

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kvtier.catalog import L2_CALIBRATION_FILE_BYTES, Model
 from kvtier.config.endpoint import CacheConfig, Endpoint
 from kvtier.connectors.base import Connector, Refusal, UnsupportedError
 from kvtier.connectors.lmcache import LMCACHE
@@ -29,6 +30,7 @@ __all__ = [
     "identity_connector",
     "l2_identity",
     "l2_identity_facts",
+    "l2_read_share",
     "l2_subdir",
 ]
 
@@ -56,6 +58,17 @@ def connector_for(subject: Endpoint | CacheConfig) -> Connector:
 
 # The connector of an endpoint whose LOB file names none.
 DEFAULT_CONNECTOR: Connector = connector_for(CacheConfig())
+# What read the files the network model (catalog l2_network_efficiency) was measured with: the blog's LMCache.
+CALIBRATED_CONNECTOR: Connector = LMCACHE
+
+
+def l2_read_share(endpoint: Endpoint, model: Model) -> float:
+    """How fast the endpoint's connector reads its L2 files relative to what the network model was calibrated with:
+    its measured read efficiency at its files' size over LMCache's at the blog's (L2_CALIBRATION_FILE_BYTES), at
+    most 1 (nothing measured says larger files beat the blog's rate over a network). The catalog's l2_read_gbps
+    times this is the endpoint's L2 read rate (kvtier/planner); 1.0 for LMCache at the blog's file size and above."""
+    calibrated = CALIBRATED_CONNECTOR.read_efficiency.at(int(L2_CALIBRATION_FILE_BYTES.value))
+    return min(connector_for(endpoint).l2_read_efficiency(endpoint, model) / calibrated, 1.0)
 
 
 def identity_connector(facts: Mapping[str, Any]) -> str:

@@ -9,7 +9,9 @@ never compare the connector's name (tests/test_layers.py). Plain Python over the
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -119,12 +121,38 @@ class EngineWiring:
     rollout: Any = field(default_factory=dict)  # what the pod template's digest covers: a change rolls the pods
 
 
+@dataclass(frozen=True)
+class ReadEfficiency:
+    """The share of a plain reader's rate that an L2 hit reaches through a connector's own storage code, by the size
+    of its files: `make bench-l2` (tools/benchl2.py) measured it on tmpfs, where the medium is fastest and the
+    connector's own costs per file (opens, thread hops, headers) weigh most. A connector's costs per file only
+    shrink against larger files, so the curve never falls with size (a measured dip is the shared machine's noise:
+    the best share at or below a size holds); between the measured sizes it is interpolated on log(size), beyond
+    them the nearest holds, and it never exceeds 1 (a connector reading its files in parallel outruns one plain
+    reader on memory, not a network)."""
+
+    points: tuple[tuple[int, float], ...]  # (file bytes, efficiency), ascending sizes
+    source: str
+
+    def at(self, file_bytes: int) -> float:
+        sizes = [size for size, _ in self.points]
+        shares = list(itertools.accumulate((share for _, share in self.points), max))
+        if file_bytes <= sizes[0]:
+            return min(shares[0], 1.0)
+        for index in range(1, len(sizes)):
+            if file_bytes <= sizes[index]:
+                low, high = sizes[index - 1], sizes[index]
+                weight = math.log(file_bytes / low) / math.log(high / low)
+                return min(shares[index - 1] + (shares[index] - shares[index - 1]) * weight, 1.0)
+        return min(shares[-1], 1.0)
+
+
 class Connector(ABC):
     """One L2 connector. Issues that add per-connector behaviour add it here, in each connector's module:
     - what it supports: `refusals` (modes today; KV dtypes, attention kinds, LoRA adapters, cache salts next);
     - what keys its KV: `identity_facts` (and `fact_meanings` for `validate --previous`);
     - how it is rendered: `standalone`, `operator_env`, `image`;
-    - what it stores: `layout`, `file_unit`, `l2_bytes_per_token`;
+    - what it stores: `layout`, `file_unit`, `l2_bytes_per_token`; how fast it reads it: `read_efficiency`;
     - how a hit shows: `hits`, `probe_miss_cause`, `isolation_leak_cause`; how a live pod is checked:
       `pod_problems`, `wiring_summary`.
     """
@@ -133,6 +161,7 @@ class Connector(ABC):
     title: ClassVar[str]  # in messages
     layout: ClassVar[L2Layout]
     hits: ClassVar[HitMetrics]
+    read_efficiency: ClassVar[ReadEfficiency]
     # What a changed identity fact means, for the notice of `kvtier validate --previous` (kvtier/rules/day2.py).
     fact_meanings: ClassVar[Mapping[str, str]] = {}
     env_prefixes: ClassVar[tuple[str, ...]] = ()  # its own settings' variables (how `verify` finds its container)
@@ -192,6 +221,16 @@ class Connector(ABC):
     def l2_file_overhead_bytes(self, endpoint: Endpoint) -> int:  # noqa: ARG002
         """Bytes an L2 file holds beyond its tokens' KV (a header), as the pinned version writes it."""
         return 0
+
+    def l2_file_bytes(self, endpoint: Endpoint, model: Model) -> int:
+        """The size of one of the endpoint's L2 files."""
+        tokens = self.file_unit(endpoint).tokens
+        return tokens * self.l2_bytes_per_token(endpoint, model) + self.l2_file_overhead_bytes(endpoint)
+
+    def l2_read_efficiency(self, endpoint: Endpoint, model: Model) -> float:
+        """The share of the storage's read rate an L2 hit of this endpoint reaches (`read_efficiency` at its files'
+        size)."""
+        return self.read_efficiency.at(self.l2_file_bytes(endpoint, model))
 
     # ---- rendering ---------------------------------------------------------------------------------------------
 

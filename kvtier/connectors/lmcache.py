@@ -58,6 +58,7 @@ from kvtier.connectors.base import (
     L2Layout,
     MountedFiles,
     Obj,
+    ReadEfficiency,
     Refusal,
     Series,
     model_kind_facts,
@@ -253,6 +254,12 @@ class LMCacheConnector(Connector):
             ("write_bytes", Series(REMOTE_WRITE_BYTES)),
         ),
         l2_name="L2",
+    )
+    # LMCache 0.4.3's fs connector reading an L2 hit into its memory objects (lookup, then a header and the data of
+    # each chunk through aiofiles: four thread-pool hops a file), over a plain reader of the same files on tmpfs.
+    read_efficiency: ClassVar[ReadEfficiency] = ReadEfficiency(
+        ((2_359_324, 0.91), (9_437_212, 1.42), (37_748_764, 1.40), (150_994_972, 1.46), (603_979_804, 2.62)),
+        "make bench-l2 (tools/benchl2.py), docs/benchmarks.md 'L2 read efficiency': the tmpfs rows of LMCache",
     )
     fact_meanings: ClassVar[Mapping[str, str]] = {"lmcache": "another LMCache version in the image"}
     env_prefixes: ClassVar[tuple[str, ...]] = (ENV_PREFIX,)

@@ -24,6 +24,7 @@ from kvtier.connectors.base import (
     HitMetrics,
     L2Layout,
     Obj,
+    ReadEfficiency,
     Refusal,
     Series,
     model_kind_facts,
@@ -100,6 +101,12 @@ class VllmConnector(Connector):
             ("write_bytes", Series(OFFLOAD_TIER_WRITE_BYTES, FS_TIER_LABELS)),
         ),
         l2_name="vLLM's fs tier",
+    )
+    # vLLM 0.32.0's fs tier loading an L2 hit into its CPU tier (one pool job a hit: its C extension reads the
+    # blocks one after another, O_DIRECT where the mount takes it), over a plain reader of the same files on tmpfs.
+    read_efficiency: ClassVar[ReadEfficiency] = ReadEfficiency(
+        ((2_359_296, 0.97), (18_874_368, 2.41)),
+        "make bench-l2 (tools/benchl2.py), docs/benchmarks.md 'L2 read efficiency': the tmpfs rows of vLLM's fs tier",
     )
     fact_meanings: ClassVar[Mapping[str, str]] = {}
     env_prefixes: ClassVar[tuple[str, ...]] = ()

@@ -6,7 +6,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from kvtier.catalog import GB, GIB, PLANNING_FACTS, REF_FLOPS
-from kvtier.connectors import connector_for
+from kvtier.connectors import connector_for, l2_read_share
 from kvtier.planner.autoscaling import propose
 from kvtier.planner.cost import (
     FIXED_SOURCES,
@@ -40,7 +40,8 @@ RULES = {
     "memory_percent of the GPU nodes' RAM split equally among the environment's tieredstorage endpoints",
     "l1_load": "chunk KV / tensor_parallel / the GPU's host-to-GPU bandwidth (each rank copies its shard)",
     "l2_load": "an L2 hit = its read (KV / l2_read_gbps, where l2_read_gbps = min(l2_network_efficiency x line "
-    "rate, l2_fuse_cap_gbps): every L2 byte crosses the network, Curvine places chunks round-robin, never by "
+    "rate, l2_fuse_cap_gbps) x the connector's read efficiency at its file size over LMCache's at the blog's "
+    "(make bench-l2, docs/benchmarks.md): every L2 byte crosses the network, Curvine places chunks round-robin, never by "
     "locality with kvtier's manifests, and the node's concurrent L2 loads share its NIC) + l2_hit_fixed_s once per "
     "hit; single-flow bound: chunk KV / (single_flow_gbps / 8)",
     "ttft": "TTFT (decode excluded) = prefill of what no tier holds + L1 loads + the L2 read + the L2 hit overhead; "
@@ -129,7 +130,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "chunk": {
             "tokens": chunk,
-            "bytes": chunk * connector.l2_bytes_per_token(endpoint, model) + connector.l2_file_overhead_bytes(endpoint),
+            "bytes": connector.l2_file_bytes(endpoint, model),
             "unit": unit.title,
         },
         "l0": {
@@ -144,7 +145,9 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "load": {
             "h2d_gbps": instance.gpu_spec.host_to_gpu_gbps,
             "l1_chunk_s": tiers.l1_load_seconds(chunk),
-            "l2_read_gbps": speed.l2_read_gbps if has_l2 else None,
+            # the network model's rate at the connector's read efficiency for these files (issue 40)
+            "l2_read_gbps": speed.l2_read_gbps * l2_read_share(endpoint, model) if has_l2 else None,
+            "l2_connector_share": l2_read_share(endpoint, model) if has_l2 else None,
             "l2_hit_fixed_s": tiers.l2_hit_fixed_s if has_l2 else None,
             "l2_chunk_s": tiers.l2_load_seconds(chunk) if has_l2 else None,  # fixed part + the chunk's bytes
             "l2_chunk_s_single_flow": speed.l2_single_flow_s_per_token * chunk if has_l2 else None,

@@ -11,7 +11,7 @@ from kvtier.catalog import GB, GIB, Model
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.config.lob import LineOfBusiness
-from kvtier.connectors import connector_for
+from kvtier.connectors import connector_for, l2_read_share
 from kvtier.errors import UsageError
 from kvtier.planner.gpu import gpu_budget
 from kvtier.planner.model import TierModel
@@ -91,6 +91,8 @@ def endpoint_tiers(
     l2_bytes = share.bytes if l2_gb is None or share.backend == "none" else l2_gb * GB
     connector = connector_for(endpoint)
     unit = connector.file_unit(endpoint)  # LMCache's chunk, or vLLM's block on its own connector
+    # The network model's rate at the connector's measured efficiency for these files (docs/planning.md).
+    l2_s_per_token = speed.l2_s_per_token / l2_read_share(endpoint, model)
     return TierModel(
         kv_bytes_per_token=kv,
         chunk_tokens=unit.tokens,
@@ -101,7 +103,7 @@ def endpoint_tiers(
         l1_tokens=l1_tokens,
         l2_tokens=int(l2_bytes // connector.l2_bytes_per_token(endpoint, model)),
         l1_load_s_per_token=speed.l1_s_per_token,
-        l2_load_s_per_token=speed.l2_s_per_token if share.backend != "none" else float("inf"),
+        l2_load_s_per_token=l2_s_per_token if share.backend != "none" else float("inf"),
         prefill_s_per_token=speed.prefill_s_per_token,
         prefill_s_per_token_squared=speed.prefill_s_per_token_squared,
         max_model_len=endpoint.max_model_len,

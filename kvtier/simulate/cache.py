@@ -5,16 +5,23 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
+from itertools import repeat
 
 
 class LRU:
-    """Least-recently-used set of units with a capacity in units (0 turns the tier off)."""
+    """Least-recently-used set of units with a capacity in units (0 turns the tier off).
 
-    __slots__ = ("capacity", "entries", "evictions")
+    `fits_all`: the capacity is at least every unit the trace can name (`Replay`'s `max_units`), so nothing is ever
+    evicted and the order of use does not matter: the units are a plain set, about half the memory and time of the
+    ordered dict an LRU needs (`order` is then the set's, not the order of use).
+    """
 
-    def __init__(self, capacity: int) -> None:
+    __slots__ = ("capacity", "entries", "evictions", "fits_all")
+
+    def __init__(self, capacity: int, *, fits_all: bool = False) -> None:
         self.capacity = capacity
-        self.entries: OrderedDict[int, None] = OrderedDict()
+        self.fits_all = fits_all and capacity > 0
+        self.entries: OrderedDict[int, None] | set[int] = set() if self.fits_all else OrderedDict()
         self.evictions = 0
 
     def __contains__(self, unit: int) -> bool:
@@ -29,20 +36,24 @@ class LRU:
         vLLM frees a finished request's blocks in reverse order for the same reason; with it, what a tier holds is
         always whole prefixes, and a prefix match that stops at the first missing unit loses nothing.
         """
-        if self.capacity <= 0:
+        capacity = self.capacity
+        if capacity <= 0:
             return
         entries = self.entries
+        if isinstance(entries, set):  # fits_all
+            entries.update(units)
+            return
         move = entries.move_to_end
         for unit in reversed(units):
             if unit in entries:
                 move(unit)
             else:
                 entries[unit] = None
-        excess = len(entries) - self.capacity
+        excess = len(entries) - capacity
         if excess > 0:
             pop = entries.popitem
-            for _ in range(excess):
-                pop(last=False)
+            for _ in repeat(None, excess):
+                pop(False)  # the least recently used (positional: a keyword costs more than the pop)
             self.evictions += excess
 
     def order(self) -> list[int]:
@@ -147,6 +158,6 @@ class SharedPool:
         if len(self.files) > self.capacity:
             excess = len(self.files) - self.target
             pop = self.files.popitem
-            for _ in range(excess):
-                pop(last=False)
+            for _ in repeat(None, excess):
+                pop(False)
             self.deleted += excess

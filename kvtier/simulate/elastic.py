@@ -27,7 +27,7 @@ from kvtier.errors import UsageError
 from kvtier.planner.model import TierModel
 from kvtier.simulate.engine import Replay, SimConfig, check_model
 from kvtier.simulate.result import SimResult, TierTokens
-from kvtier.simulate.trace import UnitTrace, to_units
+from kvtier.simulate.trace import Request, UnitTrace, to_units
 from kvtier.trace import Trace
 
 # vLLM's own figure for reloading a model: "30-100+ seconds" (blog.vllm.ai, 2025-10-26, "Zero-Reload Model
@@ -42,6 +42,7 @@ HPA_SCALE_UP_PODS = 4  # default scale-up policy: +4 pods or +100%, the larger (
 MAX_POLLS = 1_000_000  # decisions a replay may take (trace span / polling interval): bounded time
 TICK = -1  # event kinds in the engine's heap (a replica index is >= 0)
 READY = -2
+NO_REQUEST: Request = (0.0, 0, (), 0, None)  # the request slot of an autoscaler event
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def simulate_elastic(
         )
     check_model(model)
     run = _ElasticRun(units, dataclasses.replace(model, replicas=policy.min_replicas), config, progress, policy)
-    return run.run_elastic(gpus_per_replica)
+    return run.run_elastic(units, gpus_per_replica)
 
 
 class _ElasticRun(Replay):
@@ -135,7 +136,7 @@ class _ElasticRun(Replay):
         progress: Callable[[int], None] | None,
         policy: ScalePolicy,
     ) -> None:
-        super().__init__(trace, model, config, progress)
+        super().__init__(model, config, trace.unit_tokens, progress)
         self.policy = policy
         self.t0 = trace.arrival_s[0]
         self.last_arrival = trace.arrival_s[-1]
@@ -153,9 +154,9 @@ class _ElasticRun(Replay):
         self.ups = self.downs = 0
         self.peak = model.replicas
 
-    def run_elastic(self, gpus_per_replica: int) -> ElasticResult:
+    def run_elastic(self, trace: UnitTrace, gpus_per_replica: int) -> ElasticResult:
         self._push(self.t0, TICK, 0)
-        result = self.run()
+        result = self.run(trace.requests())
         end = max(self.last_done, self.t0)
         held = sum(self.gone.get(r, end) - born for r, born in self.born.items())
         return ElasticResult(
@@ -174,28 +175,26 @@ class _ElasticRun(Replay):
         )
 
     def _push(self, at: float, kind: int, replica: int) -> None:
+        """An autoscaler event: its kind where a prefill's replica goes, the replica where its known prefix goes."""
         self.sequence += 1
-        heapq.heappush(self.events, (at, self.sequence, kind, replica, 0))
+        heapq.heappush(self.events, (at, self.sequence, kind, NO_REQUEST, replica))
 
-    def start(self, replica: int, index: int, now: float) -> None:
-        first = replica in self.awaiting_first
-        before = list(self.tier) if first else None
-        super().start(replica, index, now)
-        arrival = self.trace.arrival_s[index]
-        self.served_at.append((arrival - self.t0, self.ttft[-1]))
-        if before is not None:
+    def start(self, replica: int, request: Request, now: float) -> None:
+        super().start(replica, request, now)
+        self.served_at.append((request[0] - self.t0, self.ttft.last))
+        if replica in self.awaiting_first:
             self.awaiting_first.discard(replica)
-            self.first[replica] = TierTokens(*(after - b for after, b in zip(self.tier, before, strict=True)))
+            self.first[replica] = TierTokens(*self.last_hits)
             self.first_start[replica] = now - self.t0
 
-    def finish(self, done: float, sequence: int, replica: int, index: int, known: int) -> None:
+    def finish(self, done: float, sequence: int, replica: int, request: Request, known: int) -> None:
         if replica == TICK:
             self._tick(done)
             return
         if replica == READY:
-            self._ready(index, done)
+            self._ready(known, done)
             return
-        super().finish(done, sequence, replica, index, known)
+        super().finish(done, sequence, replica, request, known)
         if replica in self.draining and not self.view.outstanding[replica]:
             self.draining.discard(replica)
             self.gone[replica] = done

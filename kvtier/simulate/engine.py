@@ -23,7 +23,7 @@ import heapq
 import math
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from kvtier.errors import UsageError
@@ -32,14 +32,17 @@ from kvtier.planner.pool_routing import CacheAwareKnobs
 from kvtier.planner.ttft import ttft
 from kvtier.serving import KV_AWARE_THRESHOLD  # the deployed router's (a light module: no cdk8s)
 from kvtier.simulate.cache import LRU, SharedPool
-from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, summarize_ttft
+from kvtier.simulate.result import ReplicaLoad, SimResult, TierTokens, TtftSample
 from kvtier.simulate.routers import STRATEGIES, Ask, ClusterView, make_router
-from kvtier.simulate.trace import UnitTrace, to_units
+from kvtier.simulate.trace import Request, UnitTrace, to_units
 from kvtier.sizing import JANITOR_INTERVAL_SECONDS, JANITOR_TARGET_FRACTION
 from kvtier.trace import Trace
 
 BASE_MODEL = "base"  # the per-adapter key of requests without an adapter
 PROGRESS_EVERY = 256  # requests between progress callbacks
+# An event in a replay's heap: (at, sequence, replica, request, LMCache's known prefix in units) for a prefill that
+# ends; the autoscaler's (kvtier/simulate/elastic.py) put a negative kind in place of the replica.
+Event = tuple[float, int, int, Request, int]
 # The L2 janitor kvtier deploys (kvtier/k8s/curvine/janitor.py): a pass every JANITOR_INTERVAL_SECONDS, and once over
 # budget it deletes down to JANITOR_TARGET_FRACTION of it (both from kvtier.sizing, which the chart reads too).
 JANITOR_EVERY_S = float(JANITOR_INTERVAL_SECONDS)
@@ -91,7 +94,7 @@ def simulate(
     """Replay `trace` (a `Trace`, or one already mapped with `to_units(trace, model.chunk_tokens, qps_scale)`)."""
     check_model(model)
     units = trace if isinstance(trace, UnitTrace) else to_units(trace, model.chunk_tokens, config.qps_scale)
-    return Replay(units, model, config, progress).run()
+    return Replay(model, config, units.unit_tokens, progress).run(units.requests())
 
 
 def check_model(model: TierModel) -> None:
@@ -111,20 +114,29 @@ def check_model(model: TierModel) -> None:
 
 
 class Replay:
-    """State of one replay; methods are the three events (kvtier/simulate/elastic.py adds the autoscaler's)."""
+    """State of one replay, fed one request at a time in arrival order (`feed`, then `result`); its methods are the
+    three events (kvtier/simulate/elastic.py adds the autoscaler's). It keeps the requests queued or running, never
+    the trace: several replays can consume one stream of requests together (kvtier/simulate/stream.py)."""
 
     def __init__(
-        self, trace: UnitTrace, model: TierModel, config: SimConfig, progress: Callable[[int], None] | None
+        self,
+        model: TierModel,
+        config: SimConfig,
+        unit_tokens: int,
+        progress: Callable[[int], None] | None = None,
+        max_units: float = math.inf,
     ) -> None:
-        self.trace = trace
+        """`max_units`: at least every unit the trace can name (kvtier/simulate/stream.py bounds it by the file's
+        size); a tier at least that large never evicts and keeps no order of use (`LRU`)."""
+        self.max_units = max_units
         self.model = model
         self.config = config
         self.progress = progress
-        size = trace.unit_tokens
+        self.unit_tokens = size = unit_tokens
         replicas = model.replicas
         self.l0: list[LRU] = []
         self.l1: list[LRU] = []
-        self.queues: list[deque[int]] = []
+        self.queues: list[deque[Request]] = []
         self.running: list[int] = []
         self.served: list[int] = []
         self.busy: list[float] = []
@@ -147,12 +159,17 @@ class Replay:
             slots=config.slots,
             cache_aware=config.cache_aware,
         )
-        self.events: list[tuple[float, int, int, int, int]] = []  # (done at, sequence, replica, request, known)
+        self.events: list[Event] = []
         self.sequence = 0
-        self.ttft: list[float] = []
-        self.tier = [0, 0, 0, 0, 0]  # l0, l1, l2 same, l2 other, miss (tokens)
-        self.per_adapter: dict[str, list[int]] = {}  # the same, per LoRA adapter of the trace (issue 35)
+        self.ttft = TtftSample()
+        # Tokens per tier (l0, l1, l2 same, l2 other, miss) per LoRA adapter (None: the base model, issue 35); the
+        # totals are their sum.
+        self.per_adapter: dict[str | None, list[int]] = {}
+        self.last_hits: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # the tiers of the last request started
         self.last_done = 0.0
+        self.first_arrival: float | None = None
+        self.requests = self.skipped = self.skipped_tokens = 0
+        self.limit = model.max_model_len
         # LMCache chunks per simulated unit (2: 256-token chunks in 512-token trace blocks); above 1, a prompt
         # ending inside a unit stores that unit's whole chunks apart (see `partial_key`).
         self.chunks_per_unit = max(size // model.chunk_tokens, 1)
@@ -160,9 +177,9 @@ class Replay:
     def add_replica(self) -> int:
         """A new replica with empty L0 and L1 (a new pod); returns its index. It takes requests once the view lists
         it as active."""
-        size, model = self.trace.unit_tokens, self.model
-        self.l0.append(LRU(model.l0_tokens // size))
-        self.l1.append(LRU(model.l1_tokens // size))
+        size, model = self.unit_tokens, self.model
+        self.l0.append(LRU(model.l0_tokens // size, fits_all=model.l0_tokens // size >= self.max_units))
+        self.l1.append(LRU(model.l1_tokens // size, fits_all=model.l1_tokens // size >= self.max_units))
         self.queues.append(deque())
         self.running.append(0)
         self.served.append(0)
@@ -173,66 +190,85 @@ class Replay:
             self.l2_reads.append([])
         return replica
 
-    def run(self) -> SimResult:
-        trace, config = self.trace, self.config
-        arrivals, tokens = trace.arrival_s, trace.tokens
-        limit = self.model.max_model_len
-        skipped = skipped_tokens = 0
+    def run(self, requests: Iterable[Request]) -> SimResult:
+        """Feed every request (in arrival order), then the result; `progress` gets the requests fed so far."""
+        progress = self.progress
+        feed = self.feed
+        for index, request in enumerate(requests):
+            if progress is not None and index % PROGRESS_EVERY == 0:
+                progress(index)
+            feed(request)
+        return self.result()
+
+    def feed(self, request: Request) -> None:
+        """The next request of the trace (arrival times never go back): first every event due by its arrival."""
+        now = request[0]
         events = self.events
-        for index, now in enumerate(arrivals):
+        if events and events[0][0] <= now:
+            finish, pop = self.finish, heapq.heappop
             while events and events[0][0] <= now:
-                self.finish(*heapq.heappop(events))
-            if self.progress is not None and index % PROGRESS_EVERY == 0:
-                self.progress(index)
-            if tokens[index] > limit:
-                skipped += 1
-                skipped_tokens += tokens[index]
-                continue
-            self.arrive(index, now)
+                finish(*pop(events))
+        if self.first_arrival is None:
+            self.first_arrival = now
+        self.requests += 1
+        if request[1] > self.limit:
+            self.skipped += 1
+            self.skipped_tokens += request[1]
+            return
+        self.arrive(request, now)
+
+    def result(self) -> SimResult:
+        """Run what is still queued or running to its end, and sum the replay up."""
+        events = self.events
         while events:
             self.finish(*heapq.heappop(events))
         if self.progress is not None:
-            self.progress(len(arrivals))
-        first = arrivals[0] if arrivals else 0.0
+            self.progress(self.requests)
+        config = self.config
+        counts = self.per_adapter
+        totals = [sum(column) for column in zip(*counts.values(), strict=True)] or [0] * 5
+        first = self.first_arrival if self.first_arrival is not None else 0.0
         return SimResult(
             routing=config.routing,
             replicas=self.model.replicas,
             slots=config.slots,
             seed=config.seed,
             qps_scale=config.qps_scale,
-            unit_tokens=trace.unit_tokens,
+            unit_tokens=self.unit_tokens,
             l0_tokens=self.model.l0_tokens,
             l1_tokens=self.model.l1_tokens,
             l2_tokens=self.model.l2_tokens,
-            requests=len(arrivals),
+            requests=self.requests,
             served=len(self.ttft),
-            skipped=skipped,
-            skipped_tokens=skipped_tokens,
-            tokens=TierTokens(*self.tier),
-            ttft_s=summarize_ttft(self.ttft),
+            skipped=self.skipped,
+            skipped_tokens=self.skipped_tokens,
+            tokens=TierTokens(*totals),
+            ttft_s=self.ttft.summary(),
             per_replica=tuple(ReplicaLoad(n, b) for n, b in zip(self.served, self.busy, strict=True)),
             makespan_s=max(self.last_done - first, 0.0),
             l2_written_units=self.l2.written,
             l2_deleted_units=self.l2.deleted,
             l2_peak_units=self.l2.peak,
-            per_adapter={name: TierTokens(*counts) for name, counts in sorted(self.per_adapter.items())},
+            # Per adapter only when the trace named one: then the base model's requests count as BASE_MODEL.
+            per_adapter={}
+            if set(counts) <= {None}
+            else {name or BASE_MODEL: TierTokens(*tokens) for name, tokens in sorted(counts.items(), key=_by_name)},
         )
 
-    def arrive(self, index: int, now: float) -> None:
-        trace = self.trace
-        replica = self.router.choose(Ask(trace.units[index], trace.tokens[index], trace.sessions[index], now))
+    def arrive(self, request: Request, now: float) -> None:
+        # tuple.__new__: a NamedTuple's own constructor costs three times as much, once per request and run
+        replica = self.router.choose(tuple.__new__(Ask, (request[2], request[1], request[3], now)))
         self.view.outstanding[replica] += 1
         self.served[replica] += 1
         if self.running[replica] < self.config.slots:
             self.running[replica] += 1
-            self.start(replica, index, now)
+            self.start(replica, request, now)
         else:
-            self.queues[replica].append(index)
+            self.queues[replica].append(request)
 
-    def start(self, replica: int, index: int, now: float) -> None:
-        units = self.trace.units[index]
-        tokens = self.trace.tokens[index]
-        size = self.trace.unit_tokens
+    def start(self, replica: int, request: Request, now: float) -> None:
+        arrival, tokens, units, _, adapter = request
+        size = self.unit_tokens
         held0 = self.l0[replica].entries
         held1 = self.l1[replica].entries
         self.l2.advance(now)
@@ -266,7 +302,7 @@ class Replay:
         if hit_tokens > tokens:  # every unit hit: the last one is partial
             hits[tier] -= hit_tokens - tokens
             hit_tokens = tokens
-        self._count(index, hits, tokens - hit_tokens)
+        self._count(adapter, hits, tokens - hit_tokens)
         reads = self.l2_reads[replica // self.replicas_per_node] if hits[2] or hits[3] else None
         if reads is not None:
             reads[:] = [end for end in reads if end > now]
@@ -276,22 +312,24 @@ class Replay:
         service = parts.total_s
         done = now + service
         self.busy[replica] += service
-        self.ttft.append(done - self.trace.arrival_s[index])
+        self.ttft.add(done - arrival)
         self.sequence += 1
-        heapq.heappush(self.events, (done, self.sequence, replica, index, known))
+        heapq.heappush(self.events, (done, self.sequence, replica, request, known))
 
-    def _count(self, index: int, hits: list[int], missed: int) -> None:
-        """Add one request's tokens per tier to the totals, and to its adapter's when the trace names adapters."""
-        counters = [self.tier]
-        if self.trace.adapters:
-            counters.append(self.per_adapter.setdefault(self.trace.adapters[index] or BASE_MODEL, [0, 0, 0, 0, 0]))
-        for totals in counters:
-            for position, amount in enumerate(hits):
-                totals[position] += amount
-            totals[4] += missed
+    def _count(self, adapter: str | None, hits: list[int], missed: int) -> None:
+        """Add one request's tokens per tier to its adapter's totals (None: the base model)."""
+        totals = self.per_adapter.get(adapter)
+        if totals is None:
+            totals = self.per_adapter[adapter] = [0, 0, 0, 0, 0]
+        totals[0] += hits[0]
+        totals[1] += hits[1]
+        totals[2] += hits[2]
+        totals[3] += hits[3]
+        totals[4] += missed
+        self.last_hits = (hits[0], hits[1], hits[2], hits[3], missed)
 
     def _partial(
-        self, unit: int, held1: Mapping[int, None], files: Mapping[int, tuple[float, int]], replica: int, tier: int
+        self, unit: int, held1: Container[int], files: Mapping[int, tuple[float, int]], replica: int, tier: int
     ) -> tuple[int, int]:
         """(tokens, tier) of the whole chunks of `unit` LMCache holds from a prompt that ended inside it; (0, the
         tier of the units before) when none."""
@@ -304,13 +342,13 @@ class Replay:
                 return chunks * self.model.chunk_tokens, 2 if stamp[1] == replica else 3
         return 0, tier
 
-    def finish(self, done: float, _sequence: int, replica: int, index: int, known: int) -> None:
-        units = self.trace.units[index]
+    def finish(self, done: float, _sequence: int, replica: int, request: Request, known: int) -> None:
+        _, tokens, units, _, _ = request
         self.l0[replica].store(units)  # vLLM keeps every block it computed or loaded
         # LMCache saves whole chunks (save_unfull_chunk off, as kvtier renders it; kvtier/planner/ttft.py), to L1
         # and L2, past the prefix it already had; what it loaded from L2 it writes back to L1. A prompt that ends
         # inside a unit leaves that unit's whole chunks under their own key.
-        tail = self.trace.tokens[index] % self.trace.unit_tokens
+        tail = tokens % self.unit_tokens
         if tail and not self.model.save_unfull_chunk:
             chunks = tail // self.model.chunk_tokens if self.chunks_per_unit > 1 else 0
             units = (*units[:-1], partial_key(units[-1], chunks, self.chunks_per_unit)) if chunks else units[:-1]
@@ -324,3 +362,7 @@ class Replay:
             self.start(replica, queue.popleft(), done)
         else:
             self.running[replica] -= 1
+
+
+def _by_name(item: tuple[str | None, list[int]]) -> str:
+    return item[0] or BASE_MODEL

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Sequence
+import struct
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kvtier.stats import percentile
+from kvtier.stats import ranked_percentile
 
 TIERS = ("l0", "l1", "l2_same", "l2_other")  # L2 split by who wrote the chunk: this replica or another
 
@@ -115,21 +118,86 @@ class SimResult:
         return data
 
 
-def summarize_ttft(values: Sequence[float]) -> dict[str, float]:
-    """Percentiles (kvtier.bench.stats, numpy's linear rule), mean and max; NaN when nothing was served."""
-    ordered = sorted(values)
+def summarize_ttft(values: Iterable[float]) -> dict[str, float]:
+    """Percentiles (kvtier.stats' rule, numpy's linear one), mean and max; NaN when nothing was served."""
+    sample = TtftSample()
+    for value in values:
+        sample.add(value)
+    return sample.summary()
 
-    def at(q: float) -> float:
-        value = percentile(ordered, q)
-        return math.nan if value is None else value
 
-    return {
-        "p50": at(50),
-        "p90": at(90),
-        "p99": at(99),
-        "mean": sum(ordered) / len(ordered) if ordered else math.nan,
-        "max": ordered[-1] if ordered else math.nan,
-    }
+class TtftSample:
+    """Every TTFT of a replay, for exact percentiles at 8 bytes a value (Python floats in a list cost 32): values go
+    to a float array, sorted a block of BLOCK at a time as they come; a percentile is found by bisecting every block
+    for the float whose rank it is (non-negative floats order as their bit patterns do), so the summary never builds
+    a list of them all."""
+
+    BLOCK = 1 << 16
+
+    __slots__ = ("blocks", "count", "current", "last")
+
+    def __init__(self) -> None:
+        self.blocks: list[array[float]] = []  # sorted
+        self.current: array[float] = array("d")
+        self.count = 0
+        self.last = math.nan  # the latest value added
+
+    def add(self, value: float) -> None:
+        current = self.current
+        current.append(value)
+        self.last = value
+        self.count += 1
+        if len(current) >= self.BLOCK:
+            self.blocks.append(array("d", sorted(current)))
+            self.current = array("d")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def summary(self) -> dict[str, float]:
+        if self.current:
+            self.blocks.append(array("d", sorted(self.current)))
+            self.current = array("d")
+        blocks, count = self.blocks, self.count
+        if not count:
+            return dict.fromkeys(("p50", "p90", "p99", "mean", "max"), math.nan)
+        if min(block[0] for block in blocks) < 0 or not all(map(math.isfinite, (block[-1] for block in blocks))):
+            ordered = sorted(value for block in blocks for value in block)  # not a TTFT: the plain way
+            blocks = [array("d", ordered)]
+
+        def at(q: float) -> float:
+            value = ranked_percentile(count, q, lambda rank: _ranked(blocks, rank))
+            return math.nan if value is None else value
+
+        return {
+            "p50": at(50),
+            "p90": at(90),
+            "p99": at(99),
+            "mean": math.fsum(math.fsum(block) for block in blocks) / count,
+            "max": max(block[-1] for block in blocks),
+        }
+
+
+def _ranked(blocks: Sequence[array[float]], rank: int) -> float:
+    """The value of 0-based `rank` among the sorted blocks' non-negative values: the smallest float (bisected by bit
+    pattern) that at least rank + 1 values do not exceed."""
+    low, high = 0, _bits(max(block[-1] for block in blocks))
+    while low < high:
+        middle = (low + high) // 2
+        value = _float(middle)
+        if sum(bisect.bisect_right(block, value) for block in blocks) > rank:
+            high = middle
+        else:
+            low = middle + 1
+    return _float(low)
+
+
+def _bits(value: float) -> int:
+    return int.from_bytes(struct.pack("<d", value), "little")
+
+
+def _float(bits: int) -> float:
+    return float(struct.unpack("<d", bits.to_bytes(8, "little"))[0])
 
 
 def _imbalance(values: Sequence[float]) -> float:
