@@ -4,9 +4,9 @@ It runs as a phase on the session's shared engines (lmcache_replicas.py): A and 
 standalone endpoint, and C, A's rendering started with another PYTHONHASHSEED. A gets a ~1,000-token prompt of this
 phase's own (cold, it stores to L2), then B and C get the same tokens. `kvtier bench sweep` then runs A -> B, and
 `kvtier verify --probe`'s probe runs over A and B (a hit) and over A and C (a miss it must explain). Then two engines
-of this phase start next to them: E, an operator pod of the same endpoint as the LOB's Kyverno Policy rewires it, and
-D, the endpoint with a differing model identity; both get the same prompt, and stop. Last, the janitor's one-shot
-mode runs over the real L2 directory.
+of this phase's own start next to them, one at a time: E, an operator pod of the same endpoint as the LOB's Kyverno
+Policy rewires it, and D, the endpoint with a differing model identity; each gets the same prompt, then stops. Last,
+the janitor's one-shot mode runs over the real L2 directory.
 
 `KVTIER_ENGINE_BREAK` (hash-seed, l2-url or chunk-size) makes kvtier render a deliberately wrong value before the
 settings are taken (for the shared engines too: lmcache_replicas.py reads it), to show that the checks notice
@@ -357,16 +357,19 @@ def scenario(group: Replicas, *, replicas_only: bool = False) -> Observed:
     started = time.monotonic()
     observed.probe = {"replicas": run_probe({"A": a, "B": b}), "other_seed": run_probe({"A": a, "C": c})}
     observed.timings_s["probe"] = time.monotonic() - started
-    started = time.monotonic()
-    observed.urls |= {"E": rendered.operator.l2_url, "D": rendered.identity.l2_url}
-    e, d = group.start([group.launch("E", rendered.operator), group.launch("D", rendered.identity)])
-    observed.timings_s["phase2_start"] = time.monotonic() - started
-    observed.urls["identity_how"] = rendered.identity_how
-    observed.readings["E"] = ask(e, prompt, l2_root, wait_store=False)
-    observed.readings["D"] = ask(d, prompt, l2_root, wait_store=True)
-    for engine in (e, d):  # this phase's own: the next phases need only A, B and C
-        engine.stop()
-    ready = zip("ABCED", [a, b, c, e, d], strict=True)
+    observed.urls |= {
+        "E": rendered.operator.l2_url,
+        "D": rendered.identity.l2_url,
+        "identity_how": rendered.identity_how,
+    }
+    own: dict[str, Engine] = {}
+    # One at a time beside A, B and C (about 4 GB each: four engines at most), each stopped once it answered.
+    for key, what, wait_store in (("E", rendered.operator, False), ("D", rendered.identity, True)):
+        (own[key],) = group.start([group.launch(key, what)])
+        observed.readings[key] = ask(own[key], prompt, l2_root, wait_store=wait_store)
+        own[key].stop()
+    observed.timings_s["phase2_start"] = sum(e.ready_s or 0.0 for e in own.values())
+    ready = zip("ABCED", [a, b, c, own["E"], own["D"]], strict=True)
     observed.timings_s.update({f"ready_{k}": v.ready_s or 0.0 for k, v in ready})
     janitor_pass(group.config, l2_root, observed)
     observed.timings_s["scenario"] = time.monotonic() - total
