@@ -576,7 +576,8 @@ def with_overrides(instance: InstanceType, overrides: Mapping[str, float | int])
 # 16-bit weights as stored). int4 AWQ/GPTQ: 4 bits plus one 16-bit scale (and a 4-bit zero point) per 128 weights;
 # MXFP4: 4 bits plus one 8-bit scale per 32 weights (OCP MX spec). The embedding and the LM head stay 16-bit in every
 # quantized checkpoint kvtier lists (their config.json `quantization_config`: `ignore`/`modules_to_not_convert`), so
-# weights = quantized params x bytes + embedding and head x 2. vLLM names: vllm@v0.32.0
+# weights = quantized params x bytes + embedding and head x 2. MXFP4 (gpt-oss) quantizes the MoE experts only: its
+# `modules_to_not_convert` also keeps attention and the router in BF16. vLLM names: vllm@v0.32.0
 # vllm/model_executor/layers/quantization/__init__.py `QuantizationMethods` (docs/references.md "Model shapes (issue 36)").
 WeightFormat = Literal["bf16", "fp16", "fp8", "awq", "gptq", "mxfp4"]
 
@@ -586,6 +587,7 @@ class WeightFormatSpec:
     bytes_per_param: float
     quantization: str | None  # vLLM `--quantization`
     fp8_matmul: bool = False  # the GEMMs run in FP8 where the GPU has FP8 tensor cores
+    experts_only: bool = False  # only the routed experts are quantized; everything else stays 16-bit
 
 
 WEIGHT_FORMATS: Mapping[str, WeightFormatSpec] = {
@@ -594,7 +596,7 @@ WEIGHT_FORMATS: Mapping[str, WeightFormatSpec] = {
     "fp8": WeightFormatSpec(1.0, "fp8", fp8_matmul=True),
     "awq": WeightFormatSpec(0.5 + 2.5 / 128, "awq"),
     "gptq": WeightFormatSpec(0.5 + 2.5 / 128, "gptq"),
-    "mxfp4": WeightFormatSpec(0.5 + 1 / 32, "mxfp4"),
+    "mxfp4": WeightFormatSpec(0.5 + 1 / 32, "mxfp4", experts_only=True),
 }
 # vLLM `--kv-cache-dtype` values kvtier accepts: accepted by vLLM 0.32.0 (vllm/config/cache.py `CacheDType`) and by
 # the operator image's vLLM 0.11.1 (same file at v0.11.1). `fp8` is `fp8_e4m3` on CUDA.
@@ -696,10 +698,8 @@ class Model:
         """Parameters one token runs through: all of a dense model; the active experts' share of a MoE."""
         if self.active_params_billion is not None:
             return self.active_params_billion * 1e9
-        if self.experts and self.experts_per_token and self.moe_intermediate_size and self.hidden_size:
-            per_expert = 3 * self.hidden_size * self.moe_intermediate_size
-            idle = (self.moe_layers or self.layers) * (self.experts - self.experts_per_token) * per_expert
-            return self.params - idle
+        if self.experts and self.experts_per_token and self.expert_params:
+            return self.params - self.expert_params * (self.experts - self.experts_per_token) / self.experts
         return self.params
 
     @property
@@ -708,11 +708,23 @@ class Model:
         return self.active_params - self.embedding_params
 
     @property
+    def expert_params(self) -> float:
+        """Parameters of the routed experts (each SwiGLU expert 3 x hidden x moe_intermediate_size, in `moe_layers`
+        layers); 0 when the shape does not say."""
+        if self.experts and self.moe_intermediate_size and self.hidden_size:
+            per_expert = 3 * self.hidden_size * self.moe_intermediate_size
+            return float((self.moe_layers or self.layers) * self.experts * per_expert)
+        return 0.0
+
+    @property
     def weight_bytes(self) -> float:
-        """Quantized parameters x the format's bytes, the 16-bit embedding and head x 2."""
+        """Quantized parameters x the format's bytes, the 16-bit rest (embedding and head; for an experts-only format
+        everything but the experts) x 2."""
         spec = self.format_spec
-        kept = self.embedding_params if spec.quantization else 0.0
-        return (self.params - kept) * spec.bytes_per_param + kept * self.dtype_bytes
+        if not spec.quantization:
+            return self.params * spec.bytes_per_param
+        quantized = self.expert_params if spec.experts_only else self.params - self.embedding_params
+        return quantized * spec.bytes_per_param + (self.params - quantized) * self.dtype_bytes
 
     @property
     def linear_flops_per_token(self) -> float:

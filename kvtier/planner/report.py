@@ -129,7 +129,7 @@ def _endpoint(config: Config, lob: LineOfBusiness, endpoint: Endpoint, prompt_to
         "kv_bytes_per_token": model.kv_bytes_per_token,
         "chunk": {
             "tokens": chunk,
-            "bytes": chunk * connector.l2_bytes_per_token(endpoint, model) + connector.l2_file_overhead_bytes(endpoint),
+            "bytes": connector.l2_file_bytes(endpoint, model),
             "unit": unit.title,
         },
         "l0": {
