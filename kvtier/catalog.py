@@ -889,7 +889,10 @@ _CONTEXT: Mapping[str, tuple[int, str]] = {
 
 # The 2026 catalog (issue 36): mixture-of-experts, FP8 and MXFP4 checkpoints, MLA and sliding-window attention. Each
 # fact and where it was read: docs/references.md "Model shapes (issue 36)".
-_QWEN3_MOE = "config.json of Qwen3-30B-A3B, verbatim copy in citsjtu2020/LLM-Prof@8434c8d1:sglang/Model_Config.md"
+_QWEN3_MOE = (
+    "config.json of Qwen3-30B-A3B, verbatim copy in citsjtu2020/LLM-Prof@8434c8d1:sglang/Model_Config.md; 30.5 B total "
+    "and 262,144 tokens: the 2507 model card [3P]"
+)
 
 
 def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -> Model:
@@ -908,8 +911,7 @@ def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -
         weight_format=weight_format,
         source=source,
         context_length=262144,  # the 2507 release's max_position_embeddings (model card: 262,144 native)
-        context_source="[3P] config.json max_position_embeddings 262144 of Qwen/Qwen3-30B-A3B-Instruct-2507 (its model "
-        "card: 262,144 tokens native)",
+        context_source="[3P] Qwen/Qwen3-30B-A3B-Instruct-2507's model card: 262,144 tokens natively",
     )
 
 
@@ -918,7 +920,7 @@ _MOE_SHAPES = [
     _qwen3_moe(
         "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8",
         "fp8",
-        _QWEN3_MOE + "; FP8 block-wise (quantization_config quant_method fp8, model card) [3P]",
+        _QWEN3_MOE + "; FP8 block-wise (quant_method fp8), embedding and head 16-bit: UNVERIFIED (model card not read)",
     ),
     Model(
         "openai/gpt-oss-20b",
@@ -937,9 +939,9 @@ _MOE_SHAPES = [
         sliding_window=128,
         local_layers=12,
         context_length=131072,
-        source="[3P] config.json of openai/gpt-oss-20b (layer_types alternate sliding_attention/full_attention, "
-        "quantization_config quant_method mxfp4) and its model card (21 B parameters, 3.6 B active); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 131072 of openai/gpt-oss-20b",
+        source="[3P] config.json copy of openai/gpt-oss-20b (layer_types alternate sliding_attention/full_attention) and "
+        "a quote of its quantization_config (mxfp4, experts only); 21 B parameters, 3.6 B active",
+        context_source="[3P] config.json copy of openai/gpt-oss-20b: max_position_embeddings 131072",
     ),
     Model(
         # MLA: head_dim is the mean of the query-key (qk_nope 128 + rope 64) and value (128) head dims, for attention
@@ -962,9 +964,9 @@ _MOE_SHAPES = [
         kv_lora_rank=512,
         qk_rope_head_dim=64,
         context_length=163840,
-        source="[3P] config.json of deepseek-ai/DeepSeek-V2-Lite-Chat (kv_lora_rank 512, qk_rope_head_dim 64, "
-        "first_k_dense_replace 1) and its model card (15.7 B total, 2.4 B active); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 163840 of deepseek-ai/DeepSeek-V2-Lite-Chat",
+        source="[3P] the DeepSeek-V2-Lite-Chat model card as copied (16 B / 15.7 B total, 2.4 B active, 27 layers, "
+        "kv_lora_rank 512, 2 shared + 64 routed experts, 6 active); qk_rope_head_dim 64 and vocab 102,400 UNVERIFIED",
+        context_source="[3P] max_position_embeddings 163840 (YaRN 40 x 4,096), UNVERIFIED; the release says 32k",
     ),
     Model(
         "mistralai/Mistral-Small-24B-Instruct-2501",
@@ -976,9 +978,9 @@ _MOE_SHAPES = [
         vocab_size=131072,
         hidden_size=5120,
         context_length=32768,
-        source="[3P] config.json of mistralai/Mistral-Small-24B-Instruct-2501 (Mistral Small 3; sliding_window null) "
-        "and its model card (24 B); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 32768",
+        source="params.json and model.safetensors.index.json copies of mistralai/Mistral-Small-24B-Instruct-2501 "
+        "(Mistral Small 3: 40 layers, 32/8 heads of 128, vocab 131,072; 47.14e9 bytes of BF16 = 23.6 B)",
+        context_source="params.json copy: max_seq_len 32768",
     ),
     Model(
         "google/gemma-3-27b-it",
@@ -993,9 +995,9 @@ _MOE_SHAPES = [
         sliding_window=1024,
         local_layers=52,
         context_length=131072,
-        source="[3P] config.json of google/gemma-3-27b-it text_config (sliding_window 1024, sliding_window_pattern 6: "
-        "every sixth layer global, 10 of 62) and its model card (27 B with the vision encoder); UNVERIFIED here",
-        context_source="[3P] config.json text_config max_position_embeddings 131072",
+        source="google/gemma-3-27b-it text_config (sliding_window 1024, every sixth layer global: 10 of 62): "
+        "UNVERIFIED, no readable copy of its config.json found",
+        context_source="[3P] Google AI Studio listing: 131.1K tokens",
     ),
 ]
 MODELS: Mapping[str, Model] = {
