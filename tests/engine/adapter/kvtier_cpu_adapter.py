@@ -8,8 +8,14 @@ and vLLM 0.32's source (docs/references.md, "Real engines on CPU"):
   [num_blocks, num_kv_heads, 2 * block_size, head_size] holds keys in the first block_size rows and values in the rest
   (`vllm/v1/attention/backends/cpu_attn.py`). LMCache's memory objects are KV_2LTD:
   [2, num_layers, num_tokens, num_kv_heads * head_size]. Slot s is block s // block_size, row s % block_size.
+  MLA (issue 36): vLLM-CPU's MLA backend keeps one latent tensor per layer, [num_blocks, block_size, kv_lora_rank +
+  qk_rope_head_dim] (`vllm/v1/attention/backends/mla/cpu_mla.py`, written by `concat_and_cache_mla`), and LMCache's
+  MLA memory objects are KV_MLA_FMT: [1, num_layers, num_tokens, latent] (`LMCacheMetadata.get_shapes`, kv_size 1
+  with `use_mla`). The bytes are copied as they are, so any KV cache dtype (an FP8 cache is uint8 on both sides:
+  vLLM's `STR_DTYPE_TO_TORCH_DTYPE`, LMCache's `create_lmcache_metadata`) moves unchanged.
 - `get_vllm_torch_dev` on CPU: a device module stub (one device, no-op set_device).
-- `KVLayerGroupInfo.hidden_dim_size` for that 4-D shape (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes).
+- `KVLayerGroupInfo.hidden_dim_size` for that 4-D shape (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes; the
+  3-D MLA shape is vLLM-CPU's too, so LMCache's own answer stands for it).
 Everything else (token hashing, chunking, L1, the fs:// backend, serde, file names) stays LMCache's own code.
 Loaded only into the test's engine processes, by sitecustomize.py on their PYTHONPATH.
 """
@@ -50,33 +56,52 @@ def _layer_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]
     return views
 
 
-class CPUPagedConnector:
-    """vLLM-CPU paged KV <-> LMCache KV_2LTD memory objects, by index gather/scatter (no kernels)."""
+def _latent_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
+    """MLA: each layer's latent cache [blocks, block_size, latent], with its block size."""
+    for cache in kvcaches:
+        if cache.dim() != 3:
+            raise ValueError(f"expected vLLM-CPU MLA KV [blocks, block_size, latent], got {tuple(cache.shape)}")
+    return [(cache, int(cache.shape[1])) for cache in kvcaches]
 
-    def __init__(self, num_layers: int, hidden_dim_size: int) -> None:
+
+class CPUPagedConnector:
+    """vLLM-CPU paged KV <-> LMCache KV_2LTD (or, for MLA, KV_MLA_FMT) memory objects, by index gather/scatter."""
+
+    def __init__(self, num_layers: int, hidden_dim_size: int, use_mla: bool = False) -> None:
         self.num_layers = num_layers
         self.hidden_dim_size = hidden_dim_size
+        self.use_mla = use_mla
         self.kvcaches: list[torch.Tensor] | None = None
 
     @classmethod
     def from_metadata(cls, metadata: Any) -> CPUPagedConnector:
         num_layers, _, _, num_kv_heads, head_size = metadata.kv_shape
-        return cls(num_layers, num_kv_heads * head_size)
+        return cls(num_layers, num_kv_heads * head_size, bool(metadata.use_mla))
 
     def initialize_kvcaches_ptr(self, **kwargs: Any) -> None:
         if "kvcaches" in kwargs:
             self.kvcaches = list(kwargs["kvcaches"])
 
     def _caches(self, kwargs: dict[str, Any]) -> list[tuple[torch.Tensor, int]]:
+        return _layer_views(self._tensors(kwargs))
+
+    def _latents(self, kwargs: dict[str, Any]) -> list[tuple[torch.Tensor, int]]:
+        return _latent_views(self._tensors(kwargs))
+
+    def _tensors(self, kwargs: dict[str, Any]) -> list[torch.Tensor]:
         self.initialize_kvcaches_ptr(**kwargs)
         if self.kvcaches is None:
             raise ValueError("kvcaches should be provided in kwargs or initialized beforehand")
-        return _layer_views(self.kvcaches)
+        return self.kvcaches
 
     def from_gpu(self, memory_obj: Any, start: int, end: int, **kwargs: Any) -> None:
         """vLLM's cache -> memory object (a store)."""
         slots = _slots(kwargs, start, end)
-        out = memory_obj.tensor  # [2, layers, tokens, hidden]
+        out = memory_obj.tensor  # [2, layers, tokens, hidden]; MLA: [1, layers, tokens, latent]
+        if self.use_mla:
+            for layer, (latent, block_size) in enumerate(self._latents(kwargs)):
+                out[0, layer].copy_(latent[slots // block_size, slots % block_size, :])
+            return
         for layer, (kv, block_size) in enumerate(self._caches(kwargs)):
             blocks, rows = slots // block_size, slots % block_size
             out[0, layer].copy_(kv[blocks, :, rows, :].reshape(len(slots), -1))
@@ -90,6 +115,10 @@ class CPUPagedConnector:
         if len(slots) == 0:
             return
         data = memory_obj.tensor[:, :, skip:, :]
+        if self.use_mla:
+            for layer, (latent, block_size) in enumerate(self._latents(kwargs)):
+                latent[slots // block_size, slots % block_size, :] = data[0, layer].to(latent.dtype)
+            return
         for layer, (kv, block_size) in enumerate(self._caches(kwargs)):
             blocks, rows = slots // block_size, slots % block_size
             heads, head_size = kv.shape[1], kv.shape[3]
@@ -107,7 +136,7 @@ class CPUPagedConnector:
             self.to_gpu(memory_obj, start, end, **kwargs)
 
     def get_shape(self, num_tokens: int) -> torch.Size:
-        return torch.Size([2, self.num_layers, num_tokens, self.hidden_dim_size])
+        return torch.Size([1 if self.use_mla else 2, self.num_layers, num_tokens, self.hidden_dim_size])
 
 
 def patch_connector_factory(module: ModuleType) -> None:
