@@ -911,7 +911,7 @@ def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -
         weight_format=weight_format,
         source=source,
         context_length=262144,  # the 2507 release's max_position_embeddings (model card: 262,144 native)
-        context_source="[3P] Qwen/Qwen3-30B-A3B-Instruct-2507's model card: 262,144 tokens natively",
+        context_source="max_position_embeddings 262144: [3P] the 2507 model card's 262,144 tokens natively",
     )
 
 
@@ -980,7 +980,7 @@ _MOE_SHAPES = [
         context_length=32768,
         source="params.json and model.safetensors.index.json copies of mistralai/Mistral-Small-24B-Instruct-2501 "
         "(Mistral Small 3: 40 layers, 32/8 heads of 128, vocab 131,072; 47.14e9 bytes of BF16 = 23.6 B)",
-        context_source="params.json copy: max_seq_len 32768",
+        context_source="max_position_embeddings 32768: the params.json copy's max_seq_len",
     ),
     Model(
         "google/gemma-3-27b-it",
@@ -997,7 +997,7 @@ _MOE_SHAPES = [
         context_length=131072,
         source="google/gemma-3-27b-it text_config (sliding_window 1024, every sixth layer global: 10 of 62): "
         "UNVERIFIED, no readable copy of its config.json found",
-        context_source="[3P] Google AI Studio listing: 131.1K tokens",
+        context_source="max_position_embeddings 131072: [3P] the Google AI Studio listing's 131.1K tokens",
     ),
 ]
 MODELS: Mapping[str, Model] = {
