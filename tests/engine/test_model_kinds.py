@@ -21,9 +21,11 @@ from pathlib import Path
 import pytest
 
 from tests.engine.model_kinds import (
+    BREAK_ENV,
     CONNECTORS,
     KINDS,
     OUTPUT_TOKENS,
+    SELECT_ENV,
     KindRun,
     PairRun,
     cpu_flags,
@@ -45,7 +47,10 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     reason = missing_isa(kind, cpu_flags())
     if reason:
         pytest.skip(f"{kind}: {reason}")
-    result = scenario(python, tmp_path_factory.mktemp(f"kind-{kind}"), kind)
+    selected = [k for k in os.environ.get(SELECT_ENV, "").split(",") if k]
+    if selected and kind not in selected:
+        pytest.skip(f"{kind} is not in {SELECT_ENV}={','.join(selected)}")
+    result = scenario(python, tmp_path_factory.mktemp(f"kind-{kind}"), kind, os.environ.get(BREAK_ENV) or None)
     print(f"\nmodel kind {kind}: {json.dumps({k: round(v, 1) for k, v in result.timings_s.items()})}")
     report = os.environ.get(REPORT_ENV)
     if report:
@@ -152,3 +157,23 @@ def test_each_kind_says_which_isa_it_needs() -> None:
     assert reason is not None and "AVX-512 or AMX" in reason
     assert missing_isa("moe", cpu_flags(avx2)) is None and missing_isa("mla", cpu_flags(avx2)) is None
     assert missing_isa("fp8", cpu_flags("flags : avx2 amx_tile amx_bf16\n")) is None
+
+
+def test_each_break_makes_kvtier_plan_wrongly(tmp_path: Path) -> None:
+    """The self-check's breaks reach kvtier's formulas (the engine run then fails the byte and FLOPs checks)."""
+    from kvtier.catalog import MODELS, as_served
+    from kvtier.connectors.lmcache import LMCACHE
+    from tests.engine.model_kinds import broken
+
+    fp8 = as_served(MODELS["Qwen/Qwen3-8B"], "fp8", None)
+    moe = MODELS["Qwen/Qwen3-30B-A3B-Instruct-2507"]
+    right = (fp8.kv_bytes_per_token, LMCACHE.FILE_HEADER_BYTES, moe.active_params)
+    for what, index in (("kv-dtype", 0), ("header", 1), ("active", 2)):
+        with broken(what):
+            wrong = (fp8.kv_bytes_per_token, LMCACHE.FILE_HEADER_BYTES, moe.active_params)
+        assert wrong[index] != right[index] and [w for i, w in enumerate(wrong) if i != index] == [
+            r for i, r in enumerate(right) if i != index
+        ], what
+    assert (fp8.kv_bytes_per_token, LMCACHE.FILE_HEADER_BYTES, moe.active_params) == right  # restored
+    with pytest.raises(ValueError, match=BREAK_ENV), broken("nonsense"):
+        pass
