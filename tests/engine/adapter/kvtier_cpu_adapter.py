@@ -74,6 +74,11 @@ def _latent_views(kvcaches: list[torch.Tensor]) -> list[tuple[torch.Tensor, int]
 class CPUPagedConnector:
     """vLLM-CPU paged KV <-> LMCache KV_2LTD (or, for MLA, KV_MLA_FMT) memory objects, by index gather/scatter."""
 
+    # LMCache stores MLA from the first rank only and, on retrieve, runs its rank broadcast inside
+    # `torch.cuda.stream(gpu_connector.load_stream)` (lmcache/v1/cache_engine.py `save_only_first_rank`, L117-L122,
+    # L830-L845): a None stream makes that a no-op on CPU, and every copy here is synchronous.
+    load_stream = None
+
     def __init__(self, num_layers: int, hidden_dim_size: int, use_mla: bool = False) -> None:
         self.num_layers = num_layers
         self.hidden_dim_size = hidden_dim_size
