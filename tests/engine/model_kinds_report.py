@@ -46,11 +46,12 @@ def markdown(run: KindRun) -> str:
             f"{pair.formula_bytes_per_token} | {pair.overhead_bytes} | {b.external_hits_delta if b else 0:g} | "
             f"{'yes' if same else 'no'} |"
         )
+    engines = sum(key.startswith("ready_") for key in t)
     phases = ", ".join(
         f"{name} {t[key]:.0f} s"
         for name, key in (
             ("model build", "model_build"),
-            ("five engines started together", "start"),
+            (f"{engines} engines started together", "start"),
             ("tiers-off reference", "reference"),
             ("LMCache write", "lmcache_write"),
             ("LMCache read", "lmcache_read"),
