@@ -1,7 +1,7 @@
 """Test-only: lets stock LMCache 0.4.3 move KV between vLLM-CPU's paged cache and its memory objects.
 
 LMCache ships GPU, XPU and HPU connectors only; on vLLM's CPU platform `get_vllm_torch_dev` raises and LMCache falls
-back to recompute-only, storing nothing. This module supplies the three missing pieces, written from LMCache 0.4.3's
+back to recompute-only, storing nothing. This module supplies the missing pieces, written from LMCache 0.4.3's
 and vLLM 0.32's source (docs/references.md, "Real engines on CPU"):
 - `CPUPagedConnector`: a `GPUConnectorInterface` that gathers and scatters with plain torch indexing. vLLM's CPU
   attention keeps one tensor per layer shaped [num_blocks, num_kv_heads, block_size, 2 * head_size], whose view
@@ -15,6 +15,8 @@ and vLLM 0.32's source (docs/references.md, "Real engines on CPU"):
   vLLM's `STR_DTYPE_TO_TORCH_DTYPE`, LMCache's `create_lmcache_metadata`) moves unchanged.
 - `get_vllm_torch_dev` on CPU: a device module stub (one device, no-op set_device).
 - `KVLayerGroupInfo.hidden_dim_size` for those 4-D shapes (LMCache 0.4.3 knows only 5-D MHA and 3-D MLA shapes).
+- MLA's first-rank broadcast (`LMCacheEngine._broadcast_or_receive_memory_objs`) skipped with one rank on CPU: it
+  moves chunks through `cuda:` tensors, and one rank has no one to send them to.
 Everything else (token hashing, chunking, L1, the fs:// backend, serde, file names) stays LMCache's own code.
 Loaded only into the test's engine processes, by sitecustomize.py on their PYTHONPATH.
 """
@@ -204,8 +206,27 @@ def patch_layer_groups(module: ModuleType) -> None:
     info.hidden_dim_size = property(hidden_dim_size)
 
 
+def patch_first_rank_broadcast(module: ModuleType) -> None:
+    """lmcache.v1.cache_engine.LMCacheEngine._broadcast_or_receive_memory_objs: nothing to do with one rank on CPU.
+
+    LMCache stores MLA from the first rank only and, on retrieve, broadcasts the chunks to the other ranks through
+    `cuda:<rank>` tensors (L1710-L1765, the device hard-coded): with one rank there is no one to send to, and on CPU
+    the `.to("cuda:0")` fails. The chunks the first rank retrieved are then loaded as usual.
+    """
+    engine = vars(module)["LMCacheEngine"]
+    original = engine._broadcast_or_receive_memory_objs
+
+    def broadcast(self: Any, reordered_chunks: Any, ret_mask: Any) -> None:
+        if _on_cpu() and self.metadata.world_size == 1:
+            return
+        original(self, reordered_chunks, ret_mask)
+
+    engine._broadcast_or_receive_memory_objs = broadcast
+
+
 PATCHES = {
     "lmcache.v1.gpu_connector": patch_connector_factory,
     "lmcache.integration.vllm.utils": patch_torch_dev,
     "lmcache.v1.kv_layer_groups": patch_layer_groups,
+    "lmcache.v1.cache_engine": patch_first_rank_broadcast,
 }
