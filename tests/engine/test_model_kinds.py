@@ -25,6 +25,7 @@ from tests.engine.model_kinds import (
     CONNECTORS,
     KINDS,
     OUTPUT_TOKENS,
+    PROMPT_TOKENS,
     SELECT_ENV,
     KindRun,
     PairRun,
@@ -33,7 +34,6 @@ from tests.engine.model_kinds import (
     scenario,
 )
 from tests.engine.model_kinds_report import write as write_section
-from tests.engine.scenario import PROMPT_TOKENS
 
 REPORT_ENV = "KVTIER_ENGINE_KINDS_REPORT"  # a folder: one JSON per kind (what docs/benchmarks.md was written from)
 
