@@ -98,11 +98,24 @@ def test_the_reader_hits_every_full_file_from_l2(run: KindRun, connector: str) -
     assert not written, f"{run.kind}/{connector}: B wrote files A had written: {written[:3]}"
 
 
+# vLLM-CPU runs MLA on its reference backend without AMX and turns prefix caching (and chunked prefill) off for it
+# (vllm/platforms/cpu.py L514-L528): that backend is not meant to compute over a cached context, and a connector hit
+# is exactly that. Measured here: the readers' greedy ids leave the tiers-off run's, identically on both connectors
+# (whose files differ in format), so the KV they loaded is the same and the difference is the engine's computation
+# after the load. Strict: if vLLM-CPU starts matching, this fails and the expectation goes.
+MLA_ON_CPU = (
+    "vLLM-CPU without AMX computes MLA over a loaded context on a path its prefix caching is off for "
+    "(vllm/platforms/cpu.py): the reader's output differs from the tiers-off run on both connectors alike"
+)
+
+
 @pytest.mark.engine
 @pytest.mark.parametrize("connector", CONNECTORS)
-def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str) -> None:
+def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str, request: pytest.FixtureRequest) -> None:
     """Token ids of OUTPUT_TOKENS greedy tokens: the writer (computed), the reader (A's KV from L2) and R (no KV
     connector at all) agree."""
+    if run.kind == "mla" and "amx_tile" not in cpu_flags():
+        request.applymarker(pytest.mark.xfail(strict=True, reason=MLA_ON_CPU))
     assert run.reference is not None
     reference = run.reference.token_ids
     assert len(reference) == OUTPUT_TOKENS, run.reference
@@ -110,6 +123,18 @@ def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str) ->
     for role in ("A", "B"):
         got = pair.readings[role].token_ids
         assert got == reference, f"{run.kind}/{connector} {role}: {got} != tiers off {reference}"
+
+
+@pytest.mark.engine
+def test_every_writer_matches_and_readers_agree_across_connectors(run: KindRun) -> None:
+    """Whatever the engine does after a load: each writer's output is the tiers-off run's, and the readers of the two
+    connectors (different file formats, the same KV) answer the same token ids."""
+    assert run.reference is not None
+    served = run.served_pairs()
+    for connector, pair in served.items():
+        assert pair.readings["A"].token_ids == run.reference.token_ids, f"{run.kind}/{connector} writer"
+    readers = {connector: pair.readings["B"].token_ids for connector, pair in served.items()}
+    assert len(set(map(tuple, readers.values()))) == 1, readers
 
 
 @pytest.mark.engine
