@@ -61,6 +61,13 @@ def markdown(run: KindRun) -> str:
         )
         if key in t
     )
+    readers = {tuple(p.readings["B"].token_ids) for p in run.served_pairs().values() if "B" in p.readings}
+    if reference and len(readers) == 1 and readers != {tuple(reference)}:
+        lines += [
+            "",
+            "The readers answer the same token ids on both connectors, and not the tiers-off run's: the engine computes "
+            "differently over the loaded context ([l2.md](l2.md#model-kinds-and-connectors-issue-36)).",
+        ]
     lines += ["", f"Phases: {phases} (load average {os.getloadavg()[0]:.0f} at the end)."]
     return "\n".join(lines)
 
