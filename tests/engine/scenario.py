@@ -102,15 +102,15 @@ def prompt_ids(seed: int, count: int = PROMPT_TOKENS) -> list[int]:
     return [rng.randrange(3, 2048) for _ in range(count)]  # 0-2 are the special tokens
 
 
-def build_model(python: str, out: Path) -> float:
-    """Build the tiny model into `out`; a model already there (a reused KVTIER_ENGINE_WORKDIR) is kept, since the
-    build is deterministic from MODEL_SEED."""
+def build_model(python: str, out: Path, kind: str = "dense") -> float:
+    """Build the tiny model (tiny_model.py's `kind`) into `out`; a model already there (a reused
+    KVTIER_ENGINE_WORKDIR) is kept, since the build is deterministic from MODEL_SEED."""
     if (out / "config.json").exists() and (out / "model.safetensors").exists():
         return 0.0
     started = time.monotonic()
     corpus_file = out.parent / "corpus.txt"
     corpus_file.write_text("\n".join(corpus(MODEL_SEED)), encoding="utf-8")
-    run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file)], "the tiny model")
+    run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file), kind], f"the tiny {kind} model")
     return time.monotonic() - started
 
 
