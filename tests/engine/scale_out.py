@@ -244,6 +244,7 @@ def load_json(load: Load, origin: float) -> dict[str, Any]:
     return {
         "processes": load.processes, "alive_at_stop": load.alive_at_stop, "cpu_s": load.cpu_s,
         "wall_s": load.wall_s, "cores_busy": load.cores_busy, "loadavg_1m_at_stop": load.loadavg_1m_at_stop,
+        "machine_busy": load.machine_busy,
         "window_ms": (start_ms, start_ms + load.wall_s * 1000),
     }  # fmt: skip
 

@@ -19,9 +19,10 @@ from typing import Any
 from tests.engine.scale_out import REQUEST_TIMEOUT_S, ScaleObserved
 from tests.engine.scenario import Reading
 
-# The hog must have kept at least this much CPU busy on average (cores) over the phase: its two loops share the two
-# cores with three engines, the router and the client, so it gets less than two; an idle machine would give 0.
-MIN_HOG_CORES = 0.5
+# The machine's CPUs must have been at least this busy over the phase (/proc/stat, all processes): with a busy loop
+# per core they are near 1 whatever else runs; without the hog, the engines and the router alone leave them idle part
+# of the time. The hog's own share is reported, not asserted: other work on the machine takes some of it.
+MIN_MACHINE_BUSY = 0.9
 
 
 def _describe(r: Reading) -> str:
@@ -112,7 +113,8 @@ def scale_in_under_load(observed: ScaleObserved) -> None:
     first = min(r["start_ms"] for r in observed.records)
     last = max(r["end_ms"] for r in observed.records)
     assert start <= first and stop >= last, f"the hog ran {start:.0f}-{stop:.0f} ms, the traffic {first:.0f}-{last:.0f}"
-    assert load["cores_busy"] >= MIN_HOG_CORES, f"the hog used {load['cores_busy']:.2f} cores on average: {load}"
+    assert load["cpu_s"] > 0, f"the hog burned no CPU: {load}"
+    assert load["machine_busy"] >= MIN_MACHINE_BUSY, f"the CPUs were {load['machine_busy']:.0%} busy: {load}"
 
 
 def scale_in_drained_before_sigterm(observed: ScaleObserved) -> None:

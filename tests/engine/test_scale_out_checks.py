@@ -49,7 +49,7 @@ def _good() -> ScaleObserved:
     observed.deletion = {"deleted_ms": 1000.0, "removed_ms": 1005.0, "hook_done_ms": 6900.0, "gone_ms": 7000.0,
                          "hook_exit": 0, "hook_log": "kvtier drain: drained after 5.9 s; vLLM gets SIGTERM now"}  # fmt: skip
     observed.load = {"processes": 2, "alive_at_stop": 2, "cpu_s": 9.0, "wall_s": 14.0, "cores_busy": 9.0 / 14,
-                     "loadavg_1m_at_stop": 5.0, "window_ms": (-50.0, 13950.0)}  # fmt: skip
+                     "loadavg_1m_at_stop": 5.0, "machine_busy": 0.99, "window_ms": (-50.0, 13950.0)}  # fmt: skip
     return observed
 
 
@@ -137,8 +137,8 @@ def test_no_hook_a_hook_at_its_deadline_or_an_idle_machine_fail() -> None:
     with pytest.raises(AssertionError, match="without the CPU hog"):
         scale_out_checks.scale_in_under_load(observed)
     observed = _good()
-    observed.load["cores_busy"] = 0.1
-    with pytest.raises(AssertionError, match="cores on average"):
+    observed.load["machine_busy"] = 0.6  # what the engines alone leave busy
+    with pytest.raises(AssertionError, match="60% busy"):
         scale_out_checks.scale_in_under_load(observed)
     observed = _good()
     observed.load["window_ms"] = (2000.0, 13950.0)  # started after the traffic
