@@ -261,7 +261,9 @@ class FakeCluster:
         pod = self.pods.get((namespace, name))
         if pod is None:
             return 404, "NotFound"
-        if "deletionTimestamp" in pod["metadata"] or pod["status"]["phase"] in ("Succeeded", "Failed"):
+        if "deletionTimestamp" in pod["metadata"] or pod["status"]["phase"] in ("Succeeded", "Failed", "Pending"):
+            if not dry_run:  # canIgnorePDB: a pod that serves nothing is deleted without asking a budget
+                self.delete(namespace, name)
             return 201, "Success"
         budgets = self.budgets(pod)
         if len(budgets) > 1:

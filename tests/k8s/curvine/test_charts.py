@@ -112,6 +112,7 @@ def test_charts_come_in_apply_order() -> None:
 def test_namespaced_objects_are_in_the_curvine_namespace(name: str) -> None:
     cluster_scoped = {"Namespace", "StorageClass", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
     cluster_scoped |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # the healer's guard
+    cluster_scoped |= {"PersistentVolume"}  # the FUSE check's volume (issue 38)
     for obj in objects(name):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["kind"]
