@@ -27,7 +27,7 @@ from kvtier.bench.testserver import free_port
 from kvtier.rules import load_checked
 from tests.engine import render
 from tests.engine.engines import Engine, Engines
-from tests.engine.routers import ENGINE_EXTRA_ARGS, Router, localize
+from tests.engine.routers import Router, localize
 from tests.engine.routing_scenario import (
     EXTERNAL_HITS,
     L0_HITS,
@@ -35,10 +35,11 @@ from tests.engine.routing_scenario import (
     counters,
     post,
     rendered_router_args,
+    routed_engines,
     tokens,
 )
 from tests.engine.scale_out import wait_stored
-from tests.engine.scenario import ADAPTER_DIR, ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, build_model, l2_files
+from tests.engine.scenario import ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, l2_files
 
 PREFIXES, ROUNDS, PREFIX_TOKENS, SUFFIX_TOKENS = 4, 4, 1024, 24
 SESSIONS, SESSION_ROUNDS, SESSION_TOKENS = 6, 3, 64
@@ -146,20 +147,8 @@ def replicas_scenario(python: str, site: Path, workdir: Path) -> ReplicasObserve
     config = load_checked(REPO / "config", ENV_NAME)
     endpoint = render.endpoint_of(config, LOB, ENDPOINT)
     observed.chunk_tokens = endpoint.cache.chunk_size
-    model_dir = workdir / "model"
-    observed.timings_s["model_build"] = build_model(python, model_dir)
+    launch, observed.timings_s["model_build"] = routed_engines(python, workdir, config, endpoint)
     l2_root = workdir / "l2"
-    l2_root.mkdir(exist_ok=True)
-    rendered = render.standalone(config, LOB, endpoint)
-    rendered = render.Rendered(rendered.name, (*rendered.args, *ENGINE_EXTRA_ARGS), rendered.env, rendered.files)
-
-    def launch(key: str) -> tuple[str, render.Launch]:
-        local = render.localize(
-            rendered, l2_root=l2_root, private_root=workdir / f"root-{key}", model_dir=model_dir, port=free_port(),
-            adapter_dir=ADAPTER_DIR,
-        )  # fmt: skip
-        return key, local
-
     with Engines(python, workdir, endpoint.model.id, STARTUP_TIMEOUT_S) as group:
         started = time.monotonic()
         a, b = group.start([launch("A"), launch("B")])

@@ -157,6 +157,7 @@ def test_standalone_lob_in_prod(prod: Synth) -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == sorted(
         ["ConfigMap", "Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "Deployment", "Service"]
+        + ["PodDisruptionBudget", "PodDisruptionBudget"]  # the engines' and the router's (issue 38)
     )
     for obj in objects:
         validate_k8s(obj)
