@@ -41,7 +41,7 @@ from tests.engine.routing_scenario import (
 from tests.engine.scale_out import wait_stored
 from tests.engine.scenario import ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, l2_files
 
-PREFIXES, ROUNDS, PREFIX_TOKENS, SUFFIX_TOKENS = 4, 4, 1024, 24
+PREFIXES, ROUNDS, PREFIX_TOKENS, SUFFIX_TOKENS = 6, 5, 1024, 24
 SESSIONS, SESSION_ROUNDS, SESSION_TOKENS = 6, 3, 64
 STRATEGIES = ("prefixaware", "session")
 
