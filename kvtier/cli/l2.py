@@ -54,7 +54,7 @@ def register(sub: Any) -> None:
 def run_roll(args: argparse.Namespace) -> int:
     from kubernetes import client
 
-    from kvtier.ops.fuse_roll import Bounds, Cluster, Roller, plan
+    from kvtier.ops.fuse_roll import Bounds, Cluster, Roller, live, plan, uses_l2
     from kvtier.ops.kube import api_client
 
     for flag in ("fuse_timeout", "heal_timeout", "node_ready_timeout"):
@@ -81,7 +81,8 @@ def run_roll(args: argparse.Namespace) -> int:
         raise UsageError(f"--node {', '.join(unknown)}: not a GPU node of {env.name} (kubectl get nodes)")
     if args.node:
         fleet = [n for n in fleet if n.node in args.node]
-    planned = plan(env, fleet)
+    l2_pods = {n.node: sum(1 for p in cluster.pods_on(n.node) if uses_l2(p) and live(p)) for n in fleet if n.fuse_pods}
+    planned = plan(env, fleet, l2_pods)
     if args.json and args.dry_run:
         print_json(planned.to_json())
         return 0
@@ -120,6 +121,7 @@ def print_plan(env: str, planned: Plan, *, dry_run: bool) -> None:
     steps = "cordon, replace the FUSE pod, check it answers, let the healer restart the L2 pods, uncordon"
     for n in planned.nodes:
         what = {"roll": steps, "resume": f"{n.why}: finish ({steps})"}.get(n.action, n.why)
-        print(f"  {n.node}: {n.current} -> {planned.target}: {n.action}: {what}")
+        pods = f" ({n.l2_pods} L2 pod(s) to restart)" if n.action in ("roll", "resume") else ""
+        print(f"  {n.node}: {n.current} -> {planned.target}: {n.action}: {what}{pods}")
     if dry_run:
         print("dry run: nothing changed")

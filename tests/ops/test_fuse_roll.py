@@ -128,6 +128,7 @@ def test_a_dry_run_prints_the_plan_and_changes_nothing(
     assert cli(_roll_cli("--dry-run")) == 0
     out = capsys.readouterr().out
     assert "FUSE client" in out and "roll 2" in out and "dry run: nothing changed" in out
+    assert "gpu-a: " in out and "(2 L2 pod(s) to restart)" in out  # retail's and support's replicas on gpu-a
     assert not [e for e in cluster.events if not e.startswith(("schedule", "gone"))], cluster.events
     assert cli(_roll_cli("--dry-run", "--json")) == 0
     data = json.loads(capsys.readouterr().out)
