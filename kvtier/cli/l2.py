@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kvtier.cli.common import add_env_options, add_json_option, load_from_args, print_json
 from kvtier.errors import UsageError
@@ -86,10 +86,11 @@ def run_roll(args: argparse.Namespace) -> int:
     if args.json and args.dry_run:
         print_json(planned.to_json())
         return 0
-    print_plan(env.name, planned, dry_run=args.dry_run)
+    out = sys.stderr if args.json else sys.stdout  # with --json, stdout holds only the JSON result
+    print_plan(env.name, planned, dry_run=args.dry_run, file=out)
     if args.dry_run:
         return 0
-    roller = Roller(env, cluster, bounds, say=lambda line: print(line, flush=True))
+    roller = Roller(env, cluster, bounds, say=lambda line: print(line, file=out, flush=True))
     node = ""
     try:
         for step in planned.work:
@@ -110,18 +111,24 @@ def run_roll(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    print(f"kvtier {env.name}: every GPU node with a FUSE pod runs {planned.target}")
+    if args.json:
+        print_json({**planned.to_json(), "rolled": [n.node for n in planned.work]})
+    else:
+        print(f"kvtier {env.name}: every GPU node with a FUSE pod runs {planned.target}")
     return 0
 
 
-def print_plan(env: str, planned: Plan, *, dry_run: bool) -> None:
+def print_plan(env: str, planned: Plan, *, dry_run: bool, file: TextIO = sys.stdout) -> None:
     counts = {a: sum(1 for n in planned.nodes if n.action == a) for a in ("roll", "resume", "done", "none", "blocked")}
     summary = ", ".join(f"{a} {n}" for a, n in counts.items() if n)
-    print(f"kvtier {env}: FUSE client {planned.target} on {len(planned.nodes)} GPU node(s) ({summary or 'none'})")
+    print(
+        f"kvtier {env}: FUSE client {planned.target} on {len(planned.nodes)} GPU node(s) ({summary or 'none'})",
+        file=file,
+    )
     steps = "cordon, replace the FUSE pod, check it answers, let the healer restart the L2 pods, uncordon"
     for n in planned.nodes:
         what = {"roll": steps, "resume": f"{n.why}: finish ({steps})"}.get(n.action, n.why)
         pods = f" ({n.l2_pods} L2 pod(s) to restart)" if n.action in ("roll", "resume") else ""
-        print(f"  {n.node}: {n.current} -> {planned.target}: {n.action}: {what}{pods}")
+        print(f"  {n.node}: {n.current} -> {planned.target}: {n.action}: {what}{pods}", file=file)
     if dry_run:
-        print("dry run: nothing changed")
+        print("dry run: nothing changed", file=file)

@@ -122,6 +122,13 @@ def test_the_roll_goes_node_by_node_and_the_healer_restarts_every_l2_pod(
     assert cluster.count("refuse eviction") == 0
 
 
+def test_json_holds_only_the_result(cluster: FakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli(_roll_cli("--json")) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["rolled"] == list(NODES)
+    assert "gpu-a: cordoned" in captured.err
+
+
 def test_a_dry_run_prints_the_plan_and_changes_nothing(
     cluster: FakeCluster, dev: Config, capsys: pytest.CaptureFixture[str]
 ) -> None:
