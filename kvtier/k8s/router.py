@@ -133,6 +133,9 @@ KNOBS_ANNOTATION = "kvtier.io/poolaware-knobs"
 # (each learns only the requests it routed; the shared L2 serves what the other replica's engine wrote). The cost,
 # measured with the real router: docs/endpoints.md "Two routers".
 ROUTER_REPLICAS = 2
+ROUTER_SURGE = 1  # a rollout starts the new router before the old one goes (maxSurge 1, maxUnavailable 0)
+ROUTER_CPU_MILLIS = 500  # requested per router pod; the LOB quota counts them (kvtier/k8s/isolation.py)
+ROUTER_MEMORY_GIB = 1
 HOSTNAME_KEY = "kubernetes.io/hostname"
 
 
@@ -157,7 +160,7 @@ def router_objects(
     namespace = lob_namespace(lob)
     name = router_name(endpoint.name)
     labels = router_labels(endpoint.name)
-    memory = "1Gi"  # cache_aware's radix trees are bounded by --max-tree-size (2**25 tokens by default)
+    memory = f"{ROUTER_MEMORY_GIB}Gi"  # cache_aware's radix trees are bounded by --max-tree-size (2**25 by default)
     ports: list[dict[str, Any]] = [
         {"name": "http", "containerPort": ROUTER_CONTAINER_PORT},
         {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
@@ -215,7 +218,7 @@ def router_objects(
                                 "args": router_args(lob, endpoint, knobs),
                                 "ports": ports,
                                 "resources": {
-                                    "requests": {"cpu": "500m", "memory": memory},
+                                    "requests": {"cpu": f"{ROUTER_CPU_MILLIS}m", "memory": memory},
                                     "limits": {"cpu": "2", "memory": memory},
                                 },
                                 "startupProbe": _probe(
