@@ -4,14 +4,14 @@
 For each node whose FUSE pod runs another image than `curvine.images.csi` (after the platform stack rolled the CSI
 node plugin, so the plugin builds the new one):
   1. cordon it, and mark it with the annotation ROLL_ANNOTATION (the target image): a run that stops here is resumed
-     from that mark, and only nodes kvtier cordoned are ever uncordoned by it;
+     from that mark; a node someone else had cordoned is marked KEEP_CORDONED_ANNOTATION too and stays cordoned;
   2. delete its FUSE pod, and wait until it is gone (its preStop unmounts; every L2 mount on the node is dead now);
   3. run the FUSE check pod on it (kvtier/k8s/curvine/fuse_check.py): mounting the check claim makes the node plugin
      start the new FUSE pod, and the pod writes and reads a file through it: the new client answers;
   4. let the L2 healer restart the node's L2 pods (their bind mounts are on the dead connection; the healer evicts
      them through an Eviction dry run, so PodDisruptionBudgets apply, at most one per endpoint per 5 minutes) and
      wait until none that started before the new FUSE pod is left;
-  5. delete the check pod, uncordon, remove the mark.
+  5. delete the check pod, uncordon (unless it was cordoned before), remove the marks.
 Every wait is bounded (Bounds); each API request is (kvtier/ops/kube.py). A step that does not finish in time stops
 the run with one line (exit 1) that says whether the node stays cordoned and how to finish. The state lives in the
 cluster (the mark, the pods), so running the command again resumes where it stopped.
@@ -43,6 +43,8 @@ from kvtier.ops.kube import REQUEST_TIMEOUT_S, list_items, request
 from kvtier.serving import L2_CLAIM
 
 ROLL_ANNOTATION = "kvtier.io/fuse-roll"
+# Set with the mark on a node that was cordoned before the roll (someone else's cordon): it stays cordoned after.
+KEEP_CORDONED_ANNOTATION = "kvtier.io/fuse-roll-keep-cordoned"
 MERGE_PATCH = "application/merge-patch+json"
 
 
@@ -234,11 +236,6 @@ class Roller:
             )
         return RollError(f"node {node} is unchanged (not cordoned): {problem}; fix that and run {self.again} again")
 
-    def run(self, planned: Plan) -> int:
-        for step in planned.work:
-            self.roll(step.node, resume=step.action == "resume")
-        return len(planned.work)
-
     # ---- one node --------------------------------------------------------------------------------------------------
 
     def roll(self, node: str, *, resume: bool) -> None:
@@ -255,15 +252,22 @@ class Roller:
         fuse = self.start_and_check(node)
         self.healed(node, fuse)
         self.cluster.delete_pod(names.NAMESPACE, pod_name(node))
+        keep = KEEP_CORDONED_ANNOTATION in (self.cluster.node(node).get("metadata", {}).get("annotations") or {})
+        marks = {ROLL_ANNOTATION: None, KEEP_CORDONED_ANNOTATION: None}
         self.cluster.patch_node(
-            node, {"spec": {"unschedulable": None}, "metadata": {"annotations": {ROLL_ANNOTATION: None}}}
+            node, {"spec": {} if keep else {"unschedulable": None}, "metadata": {"annotations": marks}}
         )
-        self.say(f"{node}: uncordoned, FUSE client {self.target}")
+        left = "left cordoned, as it was before the roll" if keep else "uncordoned"
+        self.say(f"{node}: {left}, FUSE client {self.target}")
 
     def cordon(self, node: str) -> None:
-        self.cluster.patch_node(
-            node, {"spec": {"unschedulable": True}, "metadata": {"annotations": {ROLL_ANNOTATION: self.target}}}
-        )
+        """Cordon and mark; a node someone else had cordoned is marked to stay cordoned after the roll."""
+        body = self.cluster.node(node)
+        annotations = body.get("metadata", {}).get("annotations") or {}
+        marks = {ROLL_ANNOTATION: self.target}
+        if body.get("spec", {}).get("unschedulable") and ROLL_ANNOTATION not in annotations:
+            marks[KEEP_CORDONED_ANNOTATION] = "true"
+        self.cluster.patch_node(node, {"spec": {"unschedulable": True}, "metadata": {"annotations": marks}})
         self.say(f"{node}: cordoned")
 
     def fuse_pods(self, node: str, *, old_only: bool = False) -> list[dict[str, Any]]:

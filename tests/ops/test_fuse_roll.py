@@ -320,3 +320,12 @@ def test_status_reads_the_fleet_through_the_kubeconfig_and_says_when_it_cannot(
     monkeypatch.setenv("HOME", str(tmp_path))
     (unreadable,) = fuse_checks(dev.env, None)
     assert unreadable.verdict == "unknown" and "no usable kubeconfig" in unreadable.detail
+
+
+def test_a_node_someone_else_cordoned_is_rolled_and_left_cordoned(cluster: FakeCluster, dev: Config) -> None:
+    cluster.nodes["gpu-b"]["spec"]["unschedulable"] = True  # an admin's maintenance cordon
+    assert cli(_roll_cli()) == 0
+    assert cluster.nodes["gpu-b"]["spec"]["unschedulable"] is True, "kvtier uncordons only what it cordoned"
+    assert not cluster.nodes["gpu-b"]["metadata"]["annotations"], cluster.nodes["gpu-b"]["metadata"]
+    assert cluster.fuse_of("gpu-b")["spec"]["containers"][0]["image"] == dev.env.curvine.images.csi  # type: ignore[index]
+    assert not cluster.nodes["gpu-a"]["spec"].get("unschedulable")
