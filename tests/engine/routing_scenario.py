@@ -20,6 +20,7 @@ import random
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,6 +30,8 @@ import httpx
 
 from kvtier import serving
 from kvtier.bench.testserver import free_port
+from kvtier.config.endpoint import Endpoint
+from kvtier.config.loader import Config
 from kvtier.k8s.router import router_args
 from kvtier.planner.pool_routing import endpoint_knobs
 from kvtier.rules import load_checked
@@ -230,15 +233,13 @@ def rendered_router_args(strategy: str, break_what: str | None) -> list[str]:
         return router_args(LOB, endpoint, knobs)
 
 
-def routing_scenario(
-    python: str, site: Path, workdir: Path, break_what: str | None, strategies: tuple[str, ...] = tuple(ROUTER_POLICY)
-) -> RoutingObserved:
-    total = time.monotonic()
-    observed = RoutingObserved()
-    config = load_checked(REPO / "config", ENV_NAME)
-    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
+def routed_engines(
+    python: str, workdir: Path, config: Config, endpoint: Endpoint
+) -> tuple[Callable[[str], tuple[str, render.Launch]], float]:
+    """The tiny model (built, with its build time) and a launcher of engines of `endpoint` as kvtier renders it plus
+    ENGINE_EXTRA_ARGS, sharing one L2 folder under `workdir`: what every test with the real router starts."""
     model_dir = workdir / "model"
-    observed.timings_s["model_build"] = build_model(python, model_dir)
+    built_s = build_model(python, model_dir)
     l2_root = workdir / "l2"
     l2_root.mkdir(exist_ok=True)
     rendered = render.standalone(config, LOB, endpoint)
@@ -254,6 +255,17 @@ def routing_scenario(
             adapter_dir=ADAPTER_DIR,
         )
 
+    return launch, built_s
+
+
+def routing_scenario(
+    python: str, site: Path, workdir: Path, break_what: str | None, strategies: tuple[str, ...] = tuple(ROUTER_POLICY)
+) -> RoutingObserved:
+    total = time.monotonic()
+    observed = RoutingObserved()
+    config = load_checked(REPO / "config", ENV_NAME)
+    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
+    launch, observed.timings_s["model_build"] = routed_engines(python, workdir, config, endpoint)
     with Engines(python, workdir, endpoint.model.id, STARTUP_TIMEOUT_S) as group:
         started = time.monotonic()
         a, b = group.start([launch("A"), launch("B")])
