@@ -134,6 +134,47 @@ NODE_MEMORY_VISIBLE = Fact(
     "memory capacity is below the catalog's GiB; check `kubectl get node -o jsonpath='{.status.capacity.memory}'`",
     as_of="2026-12",
 )
+# --- Disk of a GPU node's EBS volume (issue 38): the kubelet's and containerd's directories live on it (the lifecycle
+# scripts put them under /opt/sagemaker), so emptyDirs, container layers and images share the group's `ebs_gb`.
+WEIGHTS_DOWNLOAD_MARGIN = Fact(
+    0.1,
+    "fraction of the weights",
+    "kvtier's margin over the safetensors a Hugging Face download writes (config, tokenizer and index files, the "
+    "partial file of a download in progress); vLLM downloads only the *.safetensors weights when a repository has "
+    "them (vllm/model_executor/model_loader/weight_utils.py `download_weights_from_hf`, docs/references.md)",
+    as_of="2026-12",
+)
+ENGINE_SCRATCH_GIB = Fact(
+    10.0,
+    "GiB per engine pod",
+    "estimate (UNVERIFIED): the engine container's writable layer: vLLM's torch.compile cache, Triton and FlashInfer "
+    "JIT kernels, the Prometheus multi-process files in /tmp, logs; check `du` of the pod's overlay after a start",
+    as_of="2026-12",
+)
+ENGINE_IMAGE_DISK_GB = Fact(
+    42.0,
+    "GB per engine image on a node",
+    "estimate (UNVERIFIED for the pinned tags): vllm/vllm-openai unpacks to 28.6 GB (vllm-project/vllm#22377, "
+    "2025-12) and its pull is about 12.6 GB compressed (vllm-project/vllm#27154), which containerd keeps in its "
+    "content store besides the unpacked layers unless discard_unpacked_layers is set",
+    as_of="2026-12",
+)
+NODE_OTHER_IMAGES_GB = Fact(
+    10.0,
+    "GB per GPU node",
+    "estimate (UNVERIFIED): the Curvine runtime and CSI images, the AWS CLI (S3 adapters), the DaemonSets' images "
+    "(CNI, kube-proxy, CSI drivers, HyperPod agents, NVIDIA device plugin) and pod logs",
+    as_of="2026-12",
+)
+DISK_USABLE_FRACTION = Fact(
+    0.85,
+    "fraction of a node's EBS volume",
+    "the kubelet's default hard eviction threshold imagefs.available<15% (nodefs.available<10% on the same file "
+    "system) and its image garbage collection from 85% usage (imageGCHighThresholdPercent): above this share the node "
+    "evicts pods (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/); HyperPod's own "
+    "kubelet settings are UNVERIFIED",
+    as_of="2026-12",
+)
 # Pods per node by the EKS AMI's rule: ENIs x (IPv4 addresses per ENI - 1) + 2, as published in
 # aws/amazon-vpc-cni-k8s@b5218838 misc/eni-max-pods.txt (EC2 names; the ml.* types are the same hardware).
 ENI_MAX_PODS: Mapping[str, int] = {
@@ -585,7 +626,8 @@ def with_overrides(instance: InstanceType, overrides: Mapping[str, float | int])
 # 16-bit weights as stored). int4 AWQ/GPTQ: 4 bits plus one 16-bit scale (and a 4-bit zero point) per 128 weights;
 # MXFP4: 4 bits plus one 8-bit scale per 32 weights (OCP MX spec). The embedding and the LM head stay 16-bit in every
 # quantized checkpoint kvtier lists (their config.json `quantization_config`: `ignore`/`modules_to_not_convert`), so
-# weights = quantized params x bytes + embedding and head x 2. vLLM names: vllm@v0.32.0
+# weights = quantized params x bytes + embedding and head x 2. MXFP4 (gpt-oss) quantizes the MoE experts only: its
+# `modules_to_not_convert` also keeps attention and the router in BF16. vLLM names: vllm@v0.32.0
 # vllm/model_executor/layers/quantization/__init__.py `QuantizationMethods` (docs/references.md "Model shapes (issue 36)").
 WeightFormat = Literal["bf16", "fp16", "fp8", "awq", "gptq", "mxfp4"]
 
@@ -595,6 +637,7 @@ class WeightFormatSpec:
     bytes_per_param: float
     quantization: str | None  # vLLM `--quantization`
     fp8_matmul: bool = False  # the GEMMs run in FP8 where the GPU has FP8 tensor cores
+    experts_only: bool = False  # only the routed experts are quantized; everything else stays 16-bit
 
 
 WEIGHT_FORMATS: Mapping[str, WeightFormatSpec] = {
@@ -603,7 +646,7 @@ WEIGHT_FORMATS: Mapping[str, WeightFormatSpec] = {
     "fp8": WeightFormatSpec(1.0, "fp8", fp8_matmul=True),
     "awq": WeightFormatSpec(0.5 + 2.5 / 128, "awq"),
     "gptq": WeightFormatSpec(0.5 + 2.5 / 128, "gptq"),
-    "mxfp4": WeightFormatSpec(0.5 + 1 / 32, "mxfp4"),
+    "mxfp4": WeightFormatSpec(0.5 + 1 / 32, "mxfp4", experts_only=True),
 }
 # vLLM `--kv-cache-dtype` values kvtier accepts: accepted by vLLM 0.32.0 (vllm/config/cache.py `CacheDType`) and by
 # the operator image's vLLM 0.11.1 (same file at v0.11.1). `fp8` is `fp8_e4m3` on CUDA.
@@ -705,10 +748,8 @@ class Model:
         """Parameters one token runs through: all of a dense model; the active experts' share of a MoE."""
         if self.active_params_billion is not None:
             return self.active_params_billion * 1e9
-        if self.experts and self.experts_per_token and self.moe_intermediate_size and self.hidden_size:
-            per_expert = 3 * self.hidden_size * self.moe_intermediate_size
-            idle = (self.moe_layers or self.layers) * (self.experts - self.experts_per_token) * per_expert
-            return self.params - idle
+        if self.experts and self.experts_per_token and self.expert_params:
+            return self.params - self.expert_params * (self.experts - self.experts_per_token) / self.experts
         return self.params
 
     @property
@@ -717,11 +758,23 @@ class Model:
         return self.active_params - self.embedding_params
 
     @property
+    def expert_params(self) -> float:
+        """Parameters of the routed experts (each SwiGLU expert 3 x hidden x moe_intermediate_size, in `moe_layers`
+        layers); 0 when the shape does not say."""
+        if self.experts and self.moe_intermediate_size and self.hidden_size:
+            per_expert = 3 * self.hidden_size * self.moe_intermediate_size
+            return float((self.moe_layers or self.layers) * self.experts * per_expert)
+        return 0.0
+
+    @property
     def weight_bytes(self) -> float:
-        """Quantized parameters x the format's bytes, the 16-bit embedding and head x 2."""
+        """Quantized parameters x the format's bytes, the 16-bit rest (embedding and head; for an experts-only format
+        everything but the experts) x 2."""
         spec = self.format_spec
-        kept = self.embedding_params if spec.quantization else 0.0
-        return (self.params - kept) * spec.bytes_per_param + kept * self.dtype_bytes
+        if not spec.quantization:
+            return self.params * spec.bytes_per_param
+        quantized = self.expert_params if spec.experts_only else self.params - self.embedding_params
+        return quantized * spec.bytes_per_param + (self.params - quantized) * self.dtype_bytes
 
     @property
     def linear_flops_per_token(self) -> float:
@@ -886,7 +939,10 @@ _CONTEXT: Mapping[str, tuple[int, str]] = {
 
 # The 2026 catalog (issue 36): mixture-of-experts, FP8 and MXFP4 checkpoints, MLA and sliding-window attention. Each
 # fact and where it was read: docs/references.md "Model shapes (issue 36)".
-_QWEN3_MOE = "config.json of Qwen3-30B-A3B, verbatim copy in citsjtu2020/LLM-Prof@8434c8d1:sglang/Model_Config.md"
+_QWEN3_MOE = (
+    "config.json of Qwen3-30B-A3B, verbatim copy in citsjtu2020/LLM-Prof@8434c8d1:sglang/Model_Config.md; 30.5 B total "
+    "and 262,144 tokens: the 2507 model card [3P]"
+)
 
 
 def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -> Model:
@@ -905,8 +961,7 @@ def _qwen3_moe(model_id: str, weight_format: WeightFormat | None, source: str) -
         weight_format=weight_format,
         source=source,
         context_length=262144,  # the 2507 release's max_position_embeddings (model card: 262,144 native)
-        context_source="[3P] config.json max_position_embeddings 262144 of Qwen/Qwen3-30B-A3B-Instruct-2507 (its model "
-        "card: 262,144 tokens native)",
+        context_source="max_position_embeddings 262144: [3P] the 2507 model card's 262,144 tokens natively",
     )
 
 
@@ -915,7 +970,7 @@ _MOE_SHAPES = [
     _qwen3_moe(
         "Qwen/Qwen3-30B-A3B-Instruct-2507-FP8",
         "fp8",
-        _QWEN3_MOE + "; FP8 block-wise (quantization_config quant_method fp8, model card) [3P]",
+        _QWEN3_MOE + "; FP8 block-wise (quant_method fp8), embedding and head 16-bit: UNVERIFIED (model card not read)",
     ),
     Model(
         "openai/gpt-oss-20b",
@@ -934,9 +989,9 @@ _MOE_SHAPES = [
         sliding_window=128,
         local_layers=12,
         context_length=131072,
-        source="[3P] config.json of openai/gpt-oss-20b (layer_types alternate sliding_attention/full_attention, "
-        "quantization_config quant_method mxfp4) and its model card (21 B parameters, 3.6 B active); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 131072 of openai/gpt-oss-20b",
+        source="[3P] config.json copy of openai/gpt-oss-20b (layer_types alternate sliding_attention/full_attention) and "
+        "a quote of its quantization_config (mxfp4, experts only); 21 B parameters, 3.6 B active",
+        context_source="[3P] config.json copy of openai/gpt-oss-20b: max_position_embeddings 131072",
     ),
     Model(
         # MLA: head_dim is the mean of the query-key (qk_nope 128 + rope 64) and value (128) head dims, for attention
@@ -959,9 +1014,9 @@ _MOE_SHAPES = [
         kv_lora_rank=512,
         qk_rope_head_dim=64,
         context_length=163840,
-        source="[3P] config.json of deepseek-ai/DeepSeek-V2-Lite-Chat (kv_lora_rank 512, qk_rope_head_dim 64, "
-        "first_k_dense_replace 1) and its model card (15.7 B total, 2.4 B active); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 163840 of deepseek-ai/DeepSeek-V2-Lite-Chat",
+        source="[3P] the DeepSeek-V2-Lite-Chat model card as copied (16 B / 15.7 B total, 2.4 B active, 27 layers, "
+        "kv_lora_rank 512, 2 shared + 64 routed experts, 6 active); qk_rope_head_dim 64 and vocab 102,400 UNVERIFIED",
+        context_source="[3P] max_position_embeddings 163840 (YaRN 40 x 4,096), UNVERIFIED; the release says 32k",
     ),
     Model(
         "mistralai/Mistral-Small-24B-Instruct-2501",
@@ -973,9 +1028,9 @@ _MOE_SHAPES = [
         vocab_size=131072,
         hidden_size=5120,
         context_length=32768,
-        source="[3P] config.json of mistralai/Mistral-Small-24B-Instruct-2501 (Mistral Small 3; sliding_window null) "
-        "and its model card (24 B); UNVERIFIED here",
-        context_source="[3P] config.json max_position_embeddings 32768",
+        source="params.json and model.safetensors.index.json copies of mistralai/Mistral-Small-24B-Instruct-2501 "
+        "(Mistral Small 3: 40 layers, 32/8 heads of 128, vocab 131,072; 47.14e9 bytes of BF16 = 23.6 B)",
+        context_source="max_position_embeddings 32768: the params.json copy's max_seq_len",
     ),
     Model(
         "google/gemma-3-27b-it",
@@ -990,9 +1045,9 @@ _MOE_SHAPES = [
         sliding_window=1024,
         local_layers=52,
         context_length=131072,
-        source="[3P] config.json of google/gemma-3-27b-it text_config (sliding_window 1024, sliding_window_pattern 6: "
-        "every sixth layer global, 10 of 62) and its model card (27 B with the vision encoder); UNVERIFIED here",
-        context_source="[3P] config.json text_config max_position_embeddings 131072",
+        source="google/gemma-3-27b-it text_config (sliding_window 1024, every sixth layer global: 10 of 62): "
+        "UNVERIFIED, no readable copy of its config.json found",
+        context_source="max_position_embeddings 131072: [3P] the Google AI Studio listing's 131.1K tokens",
     ),
 ]
 MODELS: Mapping[str, Model] = {

@@ -208,8 +208,10 @@ class Connector(ABC):
     def file_unit(self, endpoint: Endpoint) -> FileUnit:
         """One L2 file of this endpoint."""
 
-    def l2_bytes_per_token(self, endpoint: Endpoint, model: Model) -> int:  # noqa: ARG002  # the KV dtype, next
-        """Bytes one token takes in an L2 file: the model's KV bytes per token at the weights' dtype."""
+    def l2_bytes_per_token(self, endpoint: Endpoint, model: Model) -> int:  # noqa: ARG002
+        """Bytes one token takes in an L2 file: the model's KV bytes per token for its attention kind, at the
+        endpoint's KV cache dtype (`model` is as served: kvtier.catalog.as_served). Both connectors copy the cache's
+        bytes as vLLM holds them, so this is the same for both."""
         return model.kv_bytes_per_token
 
     # ---- model kinds (issue 36: attention kind x KV cache dtype) --------------------------------------------------
@@ -223,7 +225,8 @@ class Connector(ABC):
         return 0
 
     def l2_file_bytes(self, endpoint: Endpoint, model: Model) -> int:
-        """The size of one of the endpoint's L2 files."""
+        """One full L2 file: its tokens' KV plus the file format's header (measured against real engines:
+        tests/engine/test_model_kinds.py)."""
         tokens = self.file_unit(endpoint).tokens
         return tokens * self.l2_bytes_per_token(endpoint, model) + self.l2_file_overhead_bytes(endpoint)
 

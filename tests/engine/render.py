@@ -178,9 +178,13 @@ def localize(
     port: int,
     adapter_dir: Path,
     env_overrides: dict[str, str] | None = None,
+    block_multiple: int = CPU_BLOCK_MULTIPLE,
+    tiers: bool = True,
 ) -> Launch:
     """`rendered` as a process on this machine; only the `MACHINE_FIT` changes (plus `env_overrides`, which the
-    test uses for the engine started with another PYTHONHASHSEED)."""
+    test uses for the engine started with another PYTHONHASHSEED). `block_multiple`: the block sizes vLLM-CPU runs
+    for the model's attention backend (its MLA backend: 16 only); `tiers=False`: no KV connector at all (the
+    tiers-off reference of tests/engine/model_kinds.py), where an operator rendering would get LMCache's."""
     paths = PathMap(l2_root, private_root)
     args = list(rendered.args)
     _replace_flag(args, "--model", str(model_dir))
@@ -190,9 +194,9 @@ def localize(
             del args[args.index(flag) : args.index(flag) + 2]
     if "--block-size" in args:
         block = int(args[args.index("--block-size") + 1])
-        _replace_flag(args, "--block-size", str(-(-block // CPU_BLOCK_MULTIPLE) * CPU_BLOCK_MULTIPLE))
+        _replace_flag(args, "--block-size", str(-(-block // block_multiple) * block_multiple))
     args += CPU_ARGS
-    if "--kv-transfer-config" not in args:  # the operator adds LMCache's connector itself (operator-rendered pods)
+    if tiers and "--kv-transfer-config" not in args:  # the operator adds LMCache's connector (operator-rendered pods)
         args += ["--kv-transfer-config", json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})]
 
     env = dict(rendered.env)

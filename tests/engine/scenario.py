@@ -107,28 +107,28 @@ def prompt_ids(seed: int | str, count: int = PROMPT_TOKENS) -> list[int]:
     return [rng.randrange(3, 2048) for _ in range(count)]  # 0-2 are the special tokens
 
 
-_BUILT: dict[int, Path] = {}  # seed -> the first folder this process built the tiny model into
+_BUILT: dict[tuple[int, str], Path] = {}  # (seed, kind) -> the first folder this process built the tiny model into
 
 
 def _has_model(folder: Path) -> bool:
     return (folder / "config.json").exists() and (folder / "model.safetensors").exists()
 
 
-def build_model(python: str, out: Path) -> float:
-    """Build the tiny model into `out`, once per test session: the build is deterministic from MODEL_SEED, so a later
-    call copies the first build's folder (a few MB) instead of training the tokenizer and writing the weights again;
-    a model already in `out` is kept."""
+def build_model(python: str, out: Path, kind: str = "dense") -> float:
+    """Build the tiny model (tiny_model.py's `kind`) into `out`, once per test session and kind: the build is
+    deterministic from MODEL_SEED, so a later call copies the first build's folder (a few MB) instead of training the
+    tokenizer and writing the weights again; a model already in `out` (a reused KVTIER_ENGINE_WORKDIR) is kept."""
     if _has_model(out):
         return 0.0
     started = time.monotonic()
-    first = _BUILT.get(MODEL_SEED)
+    first = _BUILT.get((MODEL_SEED, kind))
     if first is not None and _has_model(first):
         shutil.copytree(first, out, dirs_exist_ok=True)
         return time.monotonic() - started
     corpus_file = out.parent / "corpus.txt"
     corpus_file.write_text("\n".join(corpus(MODEL_SEED)), encoding="utf-8")
-    run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file)], "the tiny model")
-    _BUILT[MODEL_SEED] = out
+    run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file), kind], f"the tiny {kind} model")
+    _BUILT[(MODEL_SEED, kind)] = out
     return time.monotonic() - started
 
 

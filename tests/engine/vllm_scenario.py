@@ -175,7 +175,15 @@ def transfer_config(args: tuple[str, ...] | list[str]) -> dict[str, Any]:
     return config
 
 
-def localize(rendered: render.Rendered, *, l2_root: Path, private_root: Path, model_dir: Path, **env: str) -> Any:
+def localize(
+    rendered: render.Rendered,
+    *,
+    l2_root: Path,
+    private_root: Path,
+    model_dir: Path,
+    block_multiple: int = render.CPU_BLOCK_MULTIPLE,
+    env: dict[str, str] | None = None,
+) -> Any:
     """render.localize, then the fs tier's root_dir through the same path map and the LOCAL_FIT changes."""
     launch = render.localize(
         rendered,
@@ -184,7 +192,8 @@ def localize(rendered: render.Rendered, *, l2_root: Path, private_root: Path, mo
         model_dir=model_dir,
         port=free_port(),
         adapter_dir=SPEC_DIR,
-        env_overrides=env,
+        env_overrides=env or {},
+        block_multiple=block_multiple,
     )
     paths = render.PathMap(l2_root, private_root)
     args = list(launch.args)
@@ -318,7 +327,7 @@ def scenario(python: str, workdir: Path, break_what: str | None) -> Observed:
                     (
                         key,
                         localize(
-                            what, l2_root=l2_root, private_root=workdir / f"root-{key}", model_dir=model_dir, **env
+                            what, l2_root=l2_root, private_root=workdir / f"root-{key}", model_dir=model_dir, env=env
                         ),
                     )
                 )

@@ -62,7 +62,11 @@ def test_plan_json_per_endpoint(env: str, capsys: pytest.CaptureFixture[str]) ->
         kv_gib = 44.4 * utilization - model.params_billion * 2e9 / GIB - 2.5
         assert e["l0"]["kv_gib_per_gpu"] == pytest.approx(kv_gib)
         assert e["l0"]["tokens_per_replica"] == int(kv_gib * GIB // (16 * kv)) * 16
-        assert e["l2"]["backend"] == "curvine" and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // kv)
+        # L2 holds whole files, each with its header (the janitor deletes whole files).
+        assert (
+            e["l2"]["backend"] == "curvine"
+            and e["l2"]["tokens"] == int(e["l2"]["gb"] * GB // (chunk * kv + 28)) * chunk
+        )
         assert e["load"]["l1_chunk_s"] == pytest.approx(chunk * kv / 25e9)
         # An L2 hit: 0.102 s per hit + the bytes at the blog's 1.98 GB/s (110.4e6 B in 55.75 ms).
         read = 1925 * 57_344 / 0.05575

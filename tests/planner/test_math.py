@@ -184,7 +184,8 @@ def test_tier_model_of_the_dev_example_by_hand() -> None:
     kv = 147_456
     assert tiers.kv_bytes_per_token == kv
     assert tiers.l1_tokens == 20 * GIB // kv
-    assert tiers.l2_tokens == 200 * GB // kv  # retail's whole budget: its only curvine endpoint
+    # retail's whole budget (its only curvine endpoint), in whole 256-token files with LMCache's 28-byte header
+    assert tiers.l2_tokens == 200 * GB // (256 * kv + 28) * 256
     assert (tiers.chunk_tokens, tiers.block_tokens, tiers.replicas, tiers.max_model_len) == (256, 16, 2, 16384)
     assert tiers.l0_tokens == gpu_budget(L40S, 0.9, MODELS["Qwen/Qwen3-8B"], 1, 16).tokens
 
@@ -194,7 +195,7 @@ def test_tier_model_overrides() -> None:
     tiers = tier_model(config, "retail", "qwen3-8b", replicas=5, l1_gib=0, l2_gb=36)
     assert tiers.replicas == 5
     assert tiers.l1_tokens == 0
-    assert tiers.l2_tokens == 36 * GB // 147_456
+    assert tiers.l2_tokens == 36 * GB // (256 * 147_456 + 28) * 256
 
 
 @pytest.mark.parametrize(
@@ -246,7 +247,7 @@ def test_l2_shares_split_the_lob_budget(config_copy: Path) -> None:
     path.write_text(yaml.safe_dump(doc))
     config = load_checked(config_copy, "prod")
     for name in ("llama31-8b", "mistral-7b"):
-        assert tier_model(config, "support", name).l2_tokens == 200 * GB // (128 * 1024)
+        assert tier_model(config, "support", name).l2_tokens == 200 * GB // (256 * 128 * 1024 + 28) * 256
 
 
 def test_lob_model_description_resolves_and_unknown_raises() -> None:

@@ -229,3 +229,65 @@ def test_every_catalog_model_parses_as_a_lob_description() -> None:
                 **extras,
             }
         )
+
+
+# ---- issue 36, second pass ---------------------------------------------------------------------------------------
+
+
+def test_mxfp4_quantizes_the_experts_only() -> None:
+    """gpt-oss keeps attention, router, embedding and head in BF16 (its quantization_config's
+    modules_to_not_convert): 24 layers x 32 experts x 3 x 2,880^2 = 19.1 B expert parameters at 4.25 bits, the other
+    1.8 B at 2 bytes: 13.7 GB, the checkpoint's size (13.8 GB), where counting every non-embedding weight as MXFP4
+    gave 12.8 GB."""
+    oss = MODELS["openai/gpt-oss-20b"]
+    experts = 24 * 32 * 3 * 2880 * 2880
+    assert oss.expert_params == experts
+    assert oss.weight_bytes == pytest.approx(experts * (0.5 + 1 / 32) + (20.9e9 - experts) * 2)
+    assert oss.weight_bytes / 1e9 == pytest.approx(13.7, abs=0.05)
+
+
+def test_mla_with_fp8_e5m2_is_refused_on_every_connector(config_copy: Path) -> None:
+    """No vLLM MLA attention backend takes fp8_e5m2: one line, whichever connector (the engine refuses first)."""
+    for cache in ({"connector": "lmcache"}, {"connector": "vllm", "l1_gb": 20}):
+        lob = _retail(
+            config_copy, "deepseek-ai/DeepSeek-V2-Lite-Chat", kv_cache_dtype="fp8_e5m2", mode="standalone", cache=cache
+        )
+        (line,) = _errors(config_copy)
+        assert line.startswith(
+            f"{lob}: endpoints[0].kv_cache_dtype: fp8_e5m2 with deepseek-ai/DeepSeek-V2-Lite-Chat"
+        ), line
+        assert "use kv_cache_dtype: auto" in line, line
+    # vLLM's connector stores MLA with an FP8 (e4m3) cache: validates.
+    _retail(
+        config_copy,
+        "deepseek-ai/DeepSeek-V2-Lite-Chat",
+        kv_cache_dtype="fp8",
+        mode="standalone",
+        cache={"connector": "vllm", "l1_gb": 20},
+    )
+    load_checked(config_copy, "dev")
+
+
+def test_operator_mode_renders_both_flags_within_the_crd(config_copy: Path) -> None:
+    """The CRD's worker.args takes any strings: both flags reach the operator's vLLM, the object validates against
+    the pinned CRD, and the L2 identity the Kyverno Policy builds the URL from (an env value) follows the KV dtype."""
+    from kvtier.k8s.operator_endpoint import inference_endpoint_config
+    from kvtier.serving import L2_IDENTITY_VAR
+    from tests.k8s.test_operator_endpoint import IEC_CRD
+    from tests.support import shared_path
+    from tests.validation import crd_errors
+
+    _retail(config_copy, MOE_FP8, kv_cache_dtype="fp8", weight_format="fp8")
+    config = load_checked(config_copy, "dev")
+    endpoint = config.lob("retail").endpoints[0]
+    assert endpoint.mode == "operator"
+    iec = inference_endpoint_config(config.env, "retail", endpoint)
+    assert crd_errors(shared_path(IEC_CRD), "v1", iec) == []
+    args = iec["spec"]["worker"]["args"]
+    assert args[args.index("--kv-cache-dtype") + 1] == "fp8" and args[args.index("--quantization") + 1] == "fp8"
+    identity = {e["name"]: e.get("value") for e in iec["spec"]["worker"]["environmentVariables"]}[L2_IDENTITY_VAR]
+    plain = inference_endpoint_config(config.env, "retail", endpoint.model_copy(update={"kv_cache_dtype": "auto"}))
+    assert (
+        identity
+        != {e["name"]: e.get("value") for e in plain["spec"]["worker"]["environmentVariables"]}[L2_IDENTITY_VAR]
+    )

@@ -1,4 +1,4 @@
-"""Test-only: patch three LMCache modules right after they load, in every process of a test engine.
+"""Test-only: patch four LMCache modules right after they load, in every process of a test engine.
 
 Python imports `sitecustomize` at start-up from the path, so this runs only where the engine test puts this folder
 on PYTHONPATH (the engine processes and the workers they spawn). Nothing is imported eagerly: a finder waits for
@@ -14,7 +14,12 @@ from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
-TARGETS = ("lmcache.v1.gpu_connector", "lmcache.integration.vllm.utils", "lmcache.v1.kv_layer_groups")
+TARGETS = (
+    "lmcache.v1.gpu_connector",
+    "lmcache.integration.vllm.utils",
+    "lmcache.v1.kv_layer_groups",
+    "lmcache.v1.cache_engine",
+)
 
 
 class _PatchAfterLoad(importlib.abc.MetaPathFinder):
