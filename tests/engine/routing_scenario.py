@@ -21,7 +21,6 @@ import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,8 +30,6 @@ import httpx
 
 from kvtier import serving
 from kvtier.bench.testserver import free_port
-from kvtier.config.endpoint import Endpoint
-from kvtier.config.loader import Config
 from kvtier.k8s.router import router_args
 from kvtier.planner.pool_routing import endpoint_knobs
 from kvtier.rules import load_checked
@@ -242,31 +239,6 @@ def rendered_router_args(strategy: str, break_what: str | None) -> list[str]:
         knobs = replace(knobs, **UPSTREAM_KNOBS)
     with broken(break_what):
         return router_args(LOB, endpoint, knobs)
-
-
-def routed_engines(
-    python: str, workdir: Path, config: Config, endpoint: Endpoint
-) -> tuple[Callable[[str], tuple[str, render.Launch]], float]:
-    """The tiny model (built, with its build time) and a launcher of engines of `endpoint` as kvtier renders it plus
-    ENGINE_EXTRA_ARGS, sharing one L2 folder under `workdir`: what every test with the real router starts."""
-    model_dir = workdir / "model"
-    built_s = build_model(python, model_dir)
-    l2_root = workdir / "l2"
-    l2_root.mkdir(exist_ok=True)
-    rendered = render.standalone(config, LOB, endpoint)
-    rendered = render.Rendered(rendered.name, (*rendered.args, *ENGINE_EXTRA_ARGS), rendered.env, rendered.files)
-
-    def launch(key: str) -> tuple[str, render.Launch]:
-        return key, render.localize(
-            rendered,
-            l2_root=l2_root,
-            private_root=workdir / f"root-{key}",
-            model_dir=model_dir,
-            port=free_port(),
-            adapter_dir=ADAPTER_DIR,
-        )
-
-    return launch, built_s
 
 
 def routing_scenario(
