@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kvtier.bench.testserver import free_port
+from kvtier.config.endpoint import Endpoint
+from kvtier.config.loader import Config
 from kvtier.rules import load_checked
 from tests.engine import render
 from tests.engine.engines import Engine, Engines
-from tests.engine.routers import Router, localize
+from tests.engine.routers import ENGINE_EXTRA_ARGS, Router, localize
 from tests.engine.routing_scenario import (
     EXTERNAL_HITS,
     L0_HITS,
@@ -35,11 +38,10 @@ from tests.engine.routing_scenario import (
     counters,
     post,
     rendered_router_args,
-    routed_engines,
     tokens,
 )
 from tests.engine.scale_out import wait_stored
-from tests.engine.scenario import ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, l2_files
+from tests.engine.scenario import ADAPTER_DIR, ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, build_model, l2_files
 
 PREFIXES, ROUNDS, PREFIX_TOKENS, SUFFIX_TOKENS = 6, 5, 1024, 24
 SESSIONS, SESSION_ROUNDS, SESSION_TOKENS = 6, 3, 64
@@ -139,6 +141,31 @@ def run_workload(
             prompt = tokens(rng, SESSION_TOKENS)
             run.served.append(one_request(routers, engines, served, pick.choice(names), key, rnd, prompt, key))
     return run
+
+
+def routed_engines(
+    python: str, workdir: Path, config: Config, endpoint: Endpoint
+) -> tuple[Callable[[str], tuple[str, render.Launch]], float]:
+    """The tiny model (built, with its build time) and a launcher of engines of `endpoint` as kvtier renders it plus
+    ENGINE_EXTRA_ARGS, sharing one L2 folder under `workdir`: what every test with the real router starts."""
+    model_dir = workdir / "model"
+    built_s = build_model(python, model_dir)
+    l2_root = workdir / "l2"
+    l2_root.mkdir(exist_ok=True)
+    rendered = render.standalone(config, LOB, endpoint)
+    rendered = render.Rendered(rendered.name, (*rendered.args, *ENGINE_EXTRA_ARGS), rendered.env, rendered.files)
+
+    def launch(key: str) -> tuple[str, render.Launch]:
+        return key, render.localize(
+            rendered,
+            l2_root=l2_root,
+            private_root=workdir / f"root-{key}",
+            model_dir=model_dir,
+            port=free_port(),
+            adapter_dir=ADAPTER_DIR,
+        )
+
+    return launch, built_s
 
 
 def replicas_scenario(python: str, site: Path, workdir: Path) -> ReplicasObserved:
