@@ -25,7 +25,9 @@ LMCACHE_VERSION := 0.4.3
 ENGINE_LOCK := requirements-engine.txt
 ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
-ENGINE_TIMEOUT_S ?= 2400
+# A bound, not a budget: the suite takes about 35-40 minutes on CI's 2 loaded cores (docs/benchmarks.md, its time
+# table); CI's own limit is 90 minutes for make test and this together.
+ENGINE_TIMEOUT_S ?= 3300
 
 .PHONY: help setup synth test lint pytest test-engine bench-synth bench-setup bench-sim bench-sim-scale bench-client crds \
 	clean promtool fuse bench-janitor bench-l2
