@@ -6,7 +6,7 @@ in standalone mode, the router starts with kvtier's flags (routers.localize) and
 with fresh token ids (drawn from this phase's seed and the strategy) so no strategy inherits another's cache, nor
 another phase's:
 - `prefix` (sequential): 3 prefixes of PREFIX_TOKENS, 4 interleaved rounds, each a new short suffix, no header;
-- `session` (sequential): 5 sessions of fresh prompts, 3 rounds, header SESSION_HEADER;
+- `session` (sequential): 9 sessions of fresh prompts, 3 rounds, header SESSION_HEADER;
 - `chat` (concurrent): USERS users share a SYSTEM_TOKENS system prompt, each with its own document; ROUNDS turns, each
   turn the whole conversation so far plus TURN_TOKENS new tokens, all users at once, with SESSION_HEADER.
 Which engine served a sequential request: the engine whose `vllm:request_success_total` moved. Tiers over the `chat`
@@ -46,7 +46,9 @@ if TYPE_CHECKING:
 PREFIX_TOKENS = 600
 SUFFIX_TOKENS = 24
 PREFIXES, PREFIX_ROUNDS = 3, 4
-SESSIONS, SESSION_ROUNDS = 5, 3  # odd, so round robin would move a session between rounds
+# Odd, so round robin would move a session between rounds; 9, because the session ring places each session by hash of
+# the engines' URLs (random ports): with 5 all landed on one engine in 1 run in 16, and "the sessions use both" failed.
+SESSIONS, SESSION_ROUNDS = 9, 3
 SESSION_PROMPT_TOKENS = 64
 SYSTEM_TOKENS, DOC_TOKENS, TURN_TOKENS = 256, 384, 48
 USERS, ROUNDS = 6, 4
