@@ -188,20 +188,20 @@ def parse_rows(
 ) -> Iterator[Row]:
     """Check each line and yield it as a `Row`; TraceError naming the line on the first bad one, or on a trace
     with no request at all (after the last line)."""
-    decode = _DECODER.decode
     count = 0
     for number, line in enumerate(lines, start=1):
         if limit is not None and count >= limit:
             break
-        if not line.strip():
-            continue
         try:
-            row = decode(line)
+            row = _decode(line)
         except json.JSONDecodeError as err:
+            if not line.strip():  # a blank line (found only here: most lines decode)
+                continue
             raise TraceError(f"{source}:{number}: not JSON ({err.msg}); write one JSON object a line") from err
         except _NonFiniteError as err:
             raise TraceError(f"{source}:{number}: {err} is not a finite number; every number must be finite") from err
-        yield _row(row, source, number, block_tokens)
+        # JSON spells a boolean `true` or `false`: a line without either holds none (the id check needs to know).
+        yield _row(row, source, number, block_tokens, "true" in line or "false" in line)
         count += 1
     if not count:
         raise TraceError(f"{source}: the trace has no requests; give one JSON object a line ({', '.join(FIELDS)})")
@@ -217,6 +217,22 @@ def _non_finite(name: str) -> NoReturn:
 
 
 _DECODER = json.JSONDecoder(parse_constant=_non_finite)  # one decoder: json.loads builds one per call with options
+# The C scanner behind `decode`: JSONDecoder.__init__ sets it (CPython Lib/json/decoder.py); typeshed omits it.
+_SCAN: Callable[[str, int], tuple[Any, int]] = _DECODER.scan_once  # type: ignore[attr-defined]
+_JSON_SPACE = " \t\n\r"  # the whitespace JSON allows around a value (json.decoder.WHITESPACE)
+
+
+def _decode(line: str) -> Any:
+    """`_DECODER.decode(line)`: a line that starts with its value and ends with at most JSON whitespace goes straight
+    to the C scanner (decode's two regex passes around it cost a tenth of parsing); anything else, errors included,
+    through `decode` itself."""
+    try:
+        value, end = _SCAN(line, 0)
+    except StopIteration:  # no value at the line's first character (whitespace, or not JSON): decode says which
+        return _DECODER.decode(line)
+    if end != len(line) and line[end:].strip(_JSON_SPACE):
+        return _DECODER.decode(line)  # raises "Extra data"
+    return value
 
 
 _INT = frozenset({int})  # `type(True)` is bool, so bools are refused too
@@ -226,9 +242,9 @@ HASH_ID_LIMIT = 1 << 64
 _FLOAT_MAX_INT = int(sys.float_info.max)  # a larger integer is no time (float() overflows)
 
 
-def _row(row: Any, source: str, number: int, block_tokens: int) -> Row:
+def _row(row: Any, source: str, number: int, block_tokens: int, booleans: bool = True) -> Row:
     """A line's request, checked. The common case is one expression of C-level checks; any failure goes to
-    `_refuse`, which finds the first problem and says it."""
+    `_refuse`, which finds the first problem and says it. `booleans`: False when the line holds no JSON boolean."""
     try:
         timestamp, length, output, ids = row["timestamp"], row["input_length"], row["output_length"], row["hash_ids"]
         adapter = row.get("adapter")
@@ -243,22 +259,23 @@ def _row(row: Any, source: str, number: int, block_tokens: int) -> Row:
         and output >= 1
         and type(ids) is list
         and len(ids) == -(-length // block_tokens)
-        and _ids_ok(ids)
+        and _ids_ok(ids, booleans)
         and (adapter is None or (type(adapter) is str and 1 <= len(adapter) <= ADAPTER_MAX))
     ):
         _refuse(row, source, number, block_tokens)
     return float(timestamp), length, output, tuple(ids), number, adapter
 
 
-def _ids_ok(ids: list[Any]) -> bool:
+def _ids_ok(ids: list[Any], booleans: bool = True) -> bool:
     """Every id an integer in [0, HASH_ID_LIMIT). One C-level pass: an array of unsigned 64-bit integers takes exactly
-    those, and booleans (True is 1), which only an id equal to 0 or 1 can hide; those lists get the exact check.
-    (The per-id Python loop was half of parsing, a set of types and min/max a quarter.)"""
+    those, and booleans (True is 1), which only a line that spells one (`booleans`) and an id equal to 0 or 1 can
+    hide; those lists get the exact check. (The per-id Python loop was half of parsing, a set of types and min/max a
+    quarter; looking for booleans in every list, as many passes as the array.)"""
     try:
         array("Q", ids)
     except (TypeError, OverflowError):
         return False
-    return not (True in ids or False in ids) or set(map(type, ids)) <= _INT
+    return not (booleans and (True in ids or False in ids)) or set(map(type, ids)) <= _INT
 
 
 def _refuse(row: Any, source: str, number: int, block_tokens: int) -> NoReturn:

@@ -20,6 +20,8 @@ from typing import NamedTuple
 
 from kvtier.planner.model import TierModel
 
+_new = tuple.__new__
+
 
 class Ttft(NamedTuple):
     """One request's TTFT in its parts (seconds)."""
@@ -57,13 +59,17 @@ def ttft(model: TierModel, tokens: int, l0: int = 0, l1: int = 0, l2: int = 0, l
         l0 -= excess - cut
     cached = l0 + l1 + l2
     prefill = model.compute_seconds(tokens, cached)
+    # tuple.__new__: a NamedTuple's own constructor is a Python function; the simulator calls this once a request
     if l2 <= 0:
-        return Ttft(prefill, model.l1_load_seconds(l1) if l1 else 0.0, 0.0, 0.0)
-    return Ttft(
-        prefill,
-        model.l1_load_seconds(l1) if l1 else 0.0,
-        model.l2_read_seconds(l2, l2_readers),
-        model.l2_hit_fixed_s,
+        return _new(Ttft, (prefill, model.l1_load_seconds(l1) if l1 else 0.0, 0.0, 0.0))
+    return _new(
+        Ttft,
+        (
+            prefill,
+            model.l1_load_seconds(l1) if l1 else 0.0,
+            model.l2_read_seconds(l2, l2_readers),
+            model.l2_hit_fixed_s,
+        ),
     )
 
 

@@ -69,6 +69,7 @@ class SharedPool:
     exceed its budget (Curvine evicts nothing itself). `sweep_every_s` 0 applies both rules at every write."""
 
     __slots__ = (
+        "always",
         "capacity",
         "deleted",
         "files",
@@ -88,6 +89,9 @@ class SharedPool:
         self.max_age_s = max_age_s
         self.sweep_every_s = sweep_every_s
         self.next_sweep = sweep_every_s if sweep_every_s > 0 else math.inf
+        # `advance(now)` has work only from `next_sweep` on, or at every call when sweeping continuously by age: a
+        # replay asks these two before calling it (twice a request).
+        self.always = sweep_every_s <= 0 and max_age_s is not None
         # unit -> (written at, writer replica); insertion order is write order because time never goes back.
         self.files: OrderedDict[int, tuple[float, int]] = OrderedDict()
         self.deleted = 0

@@ -158,6 +158,7 @@ class Replay:
             model=model,
             slots=config.slots,
             cache_aware=config.cache_aware,
+            max_units=max_units,
         )
         self.events: list[Event] = []
         self.sequence = 0
@@ -271,8 +272,10 @@ class Replay:
         size = self.unit_tokens
         held0 = self.l0[replica].entries
         held1 = self.l1[replica].entries
-        self.l2.advance(now)
-        files = self.l2.files
+        l2 = self.l2
+        if now >= l2.next_sweep or l2.always:
+            l2.advance(now)
+        files = l2.files
         counts = [0, 0, 0, 0]
         tier = -1
         known = 0  # LMCache's own prefix (in L1 or L2): it stores only what follows
@@ -295,7 +298,7 @@ class Replay:
                 if known == position:
                     known += 1
             counts[tier] += 1
-        hits = [count * size for count in counts]
+        hits = [counts[0] * size, counts[1] * size, counts[2] * size, counts[3] * size]
         if extra:
             hits[tier] += extra
         hit_tokens = sum(hits)
@@ -353,8 +356,10 @@ class Replay:
             chunks = tail // self.model.chunk_tokens if self.chunks_per_unit > 1 else 0
             units = (*units[:-1], partial_key(units[-1], chunks, self.chunks_per_unit)) if chunks else units[:-1]
         self.l1[replica].store(units)
-        self.l2.advance(done)
-        self.l2.store(units[known:], replica, done)
+        l2 = self.l2
+        if done >= l2.next_sweep or l2.always:
+            l2.advance(done)
+        l2.store(units[known:], replica, done)
         self.view.outstanding[replica] -= 1
         self.last_done = max(self.last_done, done)
         queue = self.queues[replica]

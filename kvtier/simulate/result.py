@@ -134,30 +134,38 @@ class TtftSample:
 
     BLOCK = 1 << 16
 
-    __slots__ = ("blocks", "count", "current", "last")
+    __slots__ = ("blocks", "count", "current", "flushed")
 
     def __init__(self) -> None:
         self.blocks: list[array[float]] = []  # sorted
-        self.current: array[float] = array("d")
-        self.count = 0
-        self.last = math.nan  # the latest value added
+        self.current: array[float] = array("d")  # in the order added
+        self.count = 0  # values in `blocks`
+        self.flushed = math.nan  # the value added last when `current` was last sorted into a block
 
     def add(self, value: float) -> None:
         current = self.current
         current.append(value)
-        self.last = value
-        self.count += 1
         if len(current) >= self.BLOCK:
-            self.blocks.append(array("d", sorted(current)))
-            self.current = array("d")
+            self._flush()
+
+    def _flush(self) -> None:
+        current = self.current
+        self.flushed = current[-1]
+        self.blocks.append(array("d", sorted(current)))
+        self.count += len(current)
+        self.current = array("d")
+
+    @property
+    def last(self) -> float:
+        """The latest value added (NaN before the first)."""
+        return self.current[-1] if self.current else self.flushed
 
     def __len__(self) -> int:
-        return self.count
+        return self.count + len(self.current)
 
     def summary(self) -> dict[str, float]:
         if self.current:
-            self.blocks.append(array("d", sorted(self.current)))
-            self.current = array("d")
+            self._flush()
         blocks, count = self.blocks, self.count
         if not count:
             return dict.fromkeys(("p50", "p90", "p99", "mean", "max"), math.nan)

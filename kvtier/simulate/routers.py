@@ -27,6 +27,11 @@ from kvtier.simulate.cache import LRU, SharedPool
 Strategy = Literal["roundrobin", "session", "prefixaware", "kvaware", "poolaware"]
 STRATEGIES: tuple[Strategy, ...] = ("roundrobin", "session", "prefixaware", "kvaware", "poolaware")
 RING_POINTS = 160  # points per replica on the session hash ring (uhashring's ketama default: 40 vnodes x 4)
+# PrefixAware's byte array: replica bits a byte holds; the units it covers without a bound on the trace's distinct
+# units (its file size, kvtier/simulate/stream.py), and at most (bytes of memory).
+BYTE_BITS = 8
+DENSE_UNITS = 1 << 20
+MAX_DENSE_UNITS = 1 << 32
 
 
 @dataclass
@@ -59,7 +64,7 @@ class ClusterView:
         if len(candidates) == 1:
             return candidates[0]
         load = self.outstanding
-        lowest = min(load[r] for r in candidates)
+        lowest = min(map(load.__getitem__, candidates))
         best = [r for r in candidates if load[r] == lowest]
         return best[0] if len(best) == 1 else self.rng.choice(best)
 
@@ -123,22 +128,32 @@ class PrefixAware:
     """production-stack's history trie: remembers which replicas it sent each prefix to and never sees
     evictions. Longest match wins (queue length, then seeded random, among equals); a match shorter than
     `min_match_tokens` (prefixMinMatchLength, here in tokens) goes to the least-loaded replica. Either way the
-    prompt is recorded against the chosen replica."""
+    prompt is recorded against the chosen replica.
 
-    def __init__(self, view: ClusterView, unit_tokens: int, min_match_tokens: int = 0) -> None:
+    Upstream's trie never forgets a prefix (docs/references.md), so this one grows with the distinct units of the
+    trace too. It keeps, per unit, the bits of the replicas the unit was sent to (chained ids make that a trie): in
+    a byte array indexed by the unit for units below `dense_units` while every replica index fits a byte (trace ids
+    are counters: a byte a unit, where a dict entry costs about a hundred), in a dict for the others."""
+
+    def __init__(
+        self, view: ClusterView, unit_tokens: int, min_match_tokens: int = 0, dense_units: float = DENSE_UNITS
+    ) -> None:
         self.view = view
         self.unit_tokens = unit_tokens
         self.min_match_tokens = min_match_tokens
-        self.sent: dict[int, int] = {}  # unit -> bitmask of replicas it was sent to (chained ids make this a trie)
+        self.dense = bytearray()  # unit -> bits, for units below `dense_limit` (grown as they come)
+        self.dense_limit = int(min(dense_units, MAX_DENSE_UNITS)) if len(view.outstanding) <= BYTE_BITS else 0
+        self.sent: dict[int, int] = {}  # unit -> bits, for the other units
 
     def choose(self, ask: Ask) -> int:
         units = ask.units
-        sent = self.sent
+        dense, sent = self.dense, self.sent
+        size = len(dense)  # units are never negative (trace ids, adapter key spaces above them)
         view = self.view
         selected = view.mask
         matched = 0
         for unit in units:
-            narrowed = sent.get(unit, 0) & selected
+            narrowed = (dense[unit] if unit < size else sent.get(unit, 0)) & selected
             if not narrowed:
                 break
             selected = narrowed
@@ -146,12 +161,38 @@ class PrefixAware:
         matched_tokens = min(matched * self.unit_tokens, ask.tokens)
         if matched_tokens < self.min_match_tokens:
             replica = view.least_loaded(view.active)
+            matched = 0  # the chosen replica may be missing from the matched units' sets
         else:
             replica = view.least_loaded([r for r in view.active if selected >> r & 1])
+        # The matched units were sent to every replica in `selected`, the chosen one too: only the rest learn it.
         bit = 1 << replica
-        for unit in units:
-            sent[unit] = sent.get(unit, 0) | bit
+        if replica >= BYTE_BITS and self.dense_limit:
+            self._undense()
+            dense, size = self.dense, 0
+        limit = self.dense_limit
+        get = sent.get
+        for unit in units[matched:]:
+            if unit < size:
+                dense[unit] |= bit
+            elif unit < limit:
+                size = self._grow(unit)
+                dense[unit] |= bit
+            else:
+                sent[unit] = get(unit, 0) | bit
         return replica
+
+    def _grow(self, unit: int) -> int:
+        """Make the byte array cover `unit` (below `dense_limit`), a quarter more than it had at least; its size."""
+        dense = self.dense
+        wanted = min(max(unit + 1, len(dense) + len(dense) // 4 + 4096), self.dense_limit)
+        dense.extend(bytes(wanted - len(dense)))
+        return wanted
+
+    def _undense(self) -> None:
+        """A replica index beyond a byte (the autoscaler's new replicas): every unit's bits move to the dict."""
+        self.sent.update((unit, bits) for unit, bits in enumerate(self.dense) if bits)
+        self.dense = bytearray()
+        self.dense_limit = 0
 
 
 class KvAware:
@@ -206,54 +247,64 @@ class PoolAware:
         if view.l2 is None:
             raise ValueError("poolaware needs the shared pool in the cluster view")
         self.view = view
+        self.pool = view.l2.files
         self.unit_tokens = unit_tokens
         self.model = model
+        self.reads_l2 = model.has_l2  # a property of a frozen model: asked once, not per replica and request
         self.slots = max(slots, 1)
         self.free_at = [0.0] * len(view.outstanding)  # when each replica is expected to have worked off its queue
 
-    def expected_service(self, replica: int, ask: Ask) -> float:
-        view, model, size = self.view, self.model, self.unit_tokens
-        held0, held1 = view.l0[replica].entries, view.l1[replica].entries
-        files = view.l2.files if view.l2 is not None else {}
-        local0 = local1 = pooled = 0
-        for unit in ask.units:
-            if unit in held0:
-                local0 += 1
-            elif unit in held1:
-                local1 += 1
-            elif unit in files:
-                pooled += 1
-            else:
-                break
-        hit = min((local0 + local1 + pooled) * size, ask.tokens)
-        cached = min(hit, ask.tokens - 1)
-        service = model.compute_seconds(ask.tokens, cached)
+    def expected_service(self, tokens: int, local1: int, pooled: int, hit: int) -> float:
+        """Seconds a replica would take for a prompt of `tokens` tokens whose first `hit` units it finds, `local1` of
+        them in its L1 and `pooled` in L2 (the rest in its L0, free): L1 loads, one L2 load, the prefill of the rest."""
+        model, size = self.model, self.unit_tokens
+        hit *= size
+        service = model.compute_seconds(tokens, tokens - 1 if hit >= tokens else hit)  # at most tokens - 1 cached
         if local1:
             service += model.l1_load_seconds(local1 * size)
-        if pooled and model.has_l2:
+        if pooled and self.reads_l2:
             service += model.l2_load_seconds(pooled * size)
         return service
 
     def choose(self, ask: Ask) -> int:
         view = self.view
+        units, tokens, now = ask.units, ask.tokens, ask.now
+        outstanding, free_at = view.outstanding, self.free_at
+        if len(free_at) < len(outstanding):  # replicas the autoscaler added
+            free_at += [0.0] * (len(outstanding) - len(free_at))
+        l0, l1, files = view.l0, view.l1, self.pool
+        cold = -1.0  # the service of a replica that holds none of the prompt, once asked
         best: list[int] = []
         best_ttft = math.inf
         services: dict[int, float] = {}
-        free_at = self.free_at
-        if len(free_at) < len(view.outstanding):  # replicas the autoscaler added
-            free_at += [0.0] * (len(view.outstanding) - len(free_at))
         for replica in view.active:
-            if not view.outstanding[replica]:
-                self.free_at[replica] = ask.now
-            wait = max(self.free_at[replica] - ask.now, 0.0)
-            services[replica] = service = self.expected_service(replica, ask)
-            ttft = wait + service
+            held0, held1 = l0[replica].entries, l1[replica].entries
+            local0 = local1 = pooled = 0
+            for unit in units:
+                if unit in held0:
+                    local0 += 1
+                elif unit in held1:
+                    local1 += 1
+                elif unit in files:
+                    pooled += 1
+                else:
+                    break
+            if local0 or local1 or pooled:
+                service = self.expected_service(tokens, local1, pooled, local0 + local1 + pooled)
+            else:
+                if cold < 0.0:
+                    cold = self.expected_service(tokens, 0, 0, 0)
+                service = cold
+            services[replica] = service
+            if not outstanding[replica]:
+                free_at[replica] = now
+            ttft = max(free_at[replica] - now, 0.0) + service
             if ttft < best_ttft - 1e-12:
                 best, best_ttft = [replica], ttft
             elif abs(ttft - best_ttft) <= 1e-12:
                 best.append(replica)
         replica = view.least_loaded(best)
-        self.free_at[replica] = max(self.free_at[replica], ask.now) + services[replica] / self.slots
+        free_at[replica] = max(free_at[replica], now) + services[replica] / self.slots
         return replica
 
 
@@ -322,8 +373,10 @@ def make_router(
     model: TierModel | None = None,
     slots: int = 1,
     cache_aware: CacheAwareKnobs | None = None,
+    max_units: float = math.inf,
 ) -> Router:
-    """`cache_aware`: the knobs the standalone router runs `prefixaware`/`poolaware` with; None models the others."""
+    """`cache_aware`: the knobs the standalone router runs `prefixaware`/`poolaware` with; None models the others.
+    `max_units`: at least the distinct units of the trace (kvtier/simulate/stream.py `units_bound`), if known."""
     if cache_aware is not None and strategy in ("prefixaware", "poolaware"):
         return CacheAware(view, unit_tokens, cache_aware)
     if strategy == "roundrobin":
@@ -331,7 +384,7 @@ def make_router(
     if strategy == "session":
         return Session(view)
     if strategy == "prefixaware":
-        return PrefixAware(view, unit_tokens, min_match_tokens)
+        return PrefixAware(view, unit_tokens, min_match_tokens, max_units if math.isfinite(max_units) else DENSE_UNITS)
     if strategy == "kvaware":
         return KvAware(view, unit_tokens, kv_aware_threshold)
     if strategy == "poolaware":

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+import kvtier.trace as trace_module
 from kvtier.bench.testserver import free_port
 from kvtier.cli import main
-from kvtier.trace import Trace, TraceError, TraceRequest, load_trace, parse_trace
+from kvtier.trace import Row, Trace, TraceError, TraceRequest, load_trace, parse_rows, parse_trace
 from tests.support import CONFIG_DIR, SAMPLE_TRACE
 
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2]}
@@ -59,6 +60,55 @@ def test_bad_lines_name_the_file_and_line(line: str, message: str) -> None:
     with pytest.raises(TraceError) as caught:
         parse_trace([_line(), line], "t.jsonl")
     assert message in str(caught.value)
+
+
+GOOD_LINE = json.dumps(GOOD)
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        GOOD_LINE + "\n",
+        GOOD_LINE + "\r\n",
+        " \t" + GOOD_LINE + " \t\r\n",
+        GOOD_LINE + "\f",  # not JSON whitespace
+        "\u00a0" + GOOD_LINE,
+        GOOD_LINE + " x",
+        GOOD_LINE + GOOD_LINE,
+        GOOD_LINE[:-1],
+        "",
+        " \t\r\n",
+        "\f\v\n",  # blank to Python, not to JSON
+        "\u2028",
+        "x",
+        _line(hash_ids=[1, True]),
+        _line(hash_ids=[True, 2]),
+        _line(hash_ids=[0, False]),
+        _line(hash_ids=[0, 1], adapter="true"),  # a boolean's word inside a string
+        _line(hash_ids=[1, 0], adapter="false-positive"),
+        _line(hash_ids=[1, 2], extra=True),
+        '{"timestamp": 0, "input_length": 600, "output_length": 3, "hash_ids": [1, 2], "x": NaN}',
+    ],
+)
+def test_the_fast_decode_gives_what_the_stdlib_decoder_and_the_full_id_check_give(line: str) -> None:
+    """kvtier.trace decodes a line with the JSON scanner alone when it can, finds blank lines only when a line does
+    not decode, and looks for booleans among the ids only on a line that spells one (issue 40 item 2): each line,
+    after a good one, gives the rows or the message of `json.JSONDecoder.decode` with the id check on every line,
+    blank lines skipped first."""
+
+    def outcome(lines: list[str]) -> list[Row] | str:
+        try:
+            return list(parse_rows(lines, "t.jsonl"))
+        except TraceError as err:
+            return str(err)
+
+    full_check = trace_module._ids_ok
+    fast = outcome([GOOD_LINE, line])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(trace_module, "_decode", trace_module._DECODER.decode)
+        patch.setattr(trace_module, "_ids_ok", lambda ids, booleans=True: full_check(ids, True))
+        plain = outcome([text for text in (GOOD_LINE, line) if text.strip()])
+    assert fast == plain
 
 
 def test_an_empty_trace_is_refused() -> None:
