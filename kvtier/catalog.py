@@ -134,6 +134,47 @@ NODE_MEMORY_VISIBLE = Fact(
     "memory capacity is below the catalog's GiB; check `kubectl get node -o jsonpath='{.status.capacity.memory}'`",
     as_of="2026-12",
 )
+# --- Disk of a GPU node's EBS volume (issue 38): the kubelet's and containerd's directories live on it (the lifecycle
+# scripts put them under /opt/sagemaker), so emptyDirs, container layers and images share the group's `ebs_gb`.
+WEIGHTS_DOWNLOAD_MARGIN = Fact(
+    0.1,
+    "fraction of the weights",
+    "kvtier's margin over the safetensors a Hugging Face download writes (config, tokenizer and index files, the "
+    "partial file of a download in progress); vLLM downloads only the *.safetensors weights when a repository has "
+    "them (vllm/model_executor/model_loader/weight_utils.py `download_weights_from_hf`, docs/references.md)",
+    as_of="2026-12",
+)
+ENGINE_SCRATCH_GIB = Fact(
+    10.0,
+    "GiB per engine pod",
+    "estimate (UNVERIFIED): the engine container's writable layer: vLLM's torch.compile cache, Triton and FlashInfer "
+    "JIT kernels, the Prometheus multi-process files in /tmp, logs; check `du` of the pod's overlay after a start",
+    as_of="2026-12",
+)
+ENGINE_IMAGE_DISK_GB = Fact(
+    42.0,
+    "GB per engine image on a node",
+    "estimate (UNVERIFIED for the pinned tags): vllm/vllm-openai unpacks to 28.6 GB (vllm-project/vllm#22377, "
+    "2025-12) and its pull is about 12.6 GB compressed (vllm-project/vllm#27154), which containerd keeps in its "
+    "content store besides the unpacked layers unless discard_unpacked_layers is set",
+    as_of="2026-12",
+)
+NODE_OTHER_IMAGES_GB = Fact(
+    10.0,
+    "GB per GPU node",
+    "estimate (UNVERIFIED): the Curvine runtime and CSI images, the AWS CLI (S3 adapters), the DaemonSets' images "
+    "(CNI, kube-proxy, CSI drivers, HyperPod agents, NVIDIA device plugin) and pod logs",
+    as_of="2026-12",
+)
+DISK_USABLE_FRACTION = Fact(
+    0.85,
+    "fraction of a node's EBS volume",
+    "the kubelet's default hard eviction threshold imagefs.available<15% (nodefs.available<10% on the same file "
+    "system) and its image garbage collection from 85% usage (imageGCHighThresholdPercent): above this share the node "
+    "evicts pods (https://kubernetes.io/docs/concepts/scheduling-eviction/node-pressure-eviction/); HyperPod's own "
+    "kubelet settings are UNVERIFIED",
+    as_of="2026-12",
+)
 # Pods per node by the EKS AMI's rule: ENIs x (IPv4 addresses per ENI - 1) + 2, as published in
 # aws/amazon-vpc-cni-k8s@b5218838 misc/eni-max-pods.txt (EC2 names; the ml.* types are the same hardware).
 ENI_MAX_PODS: Mapping[str, int] = {

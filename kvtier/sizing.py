@@ -18,15 +18,18 @@ from kvtier.catalog import (
     DAEMONSET_CPU_MILLIS,
     DAEMONSET_MEMORY_MIB,
     DEFAULT_MAX_PODS,
+    ENGINE_SCRATCH_GIB,
     ENI_MAX_PODS,
     NODE_MEMORY_VISIBLE,
     VLLM_HOST_BASE_GIB,
     VLLM_HOST_PER_RANK_GIB,
+    WEIGHTS_DOWNLOAD_MARGIN,
     InstanceType,
     Model,
 )
+from kvtier.config.adapters import Adapter
 from kvtier.config.curvine import CurvineConfig, cpu_millis, memory_bytes
-from kvtier.config.endpoint import CacheConfig, Endpoint
+from kvtier.config.endpoint import CacheConfig, Endpoint, S3Model
 from kvtier.serving import l1_pinned_gib
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -157,20 +160,72 @@ def daemonset_share() -> Share:
 # ---- LoRA adapters (issue 35) -------------------------------------------------------------------------------------
 
 
-def lora_gib_per_gpu(endpoint: Endpoint, model: Model) -> float:
-    """GPU memory vLLM reserves for LoRA adapters on one GPU of a replica: `max_loras` slots, each with an A (rank x in)
-    and a B (out x rank) matrix at `max_lora_rank` for every linear layer of every decoder layer (vLLM preallocates
-    the slots when `--enable-lora` is set: docs/references.md "LoRA adapters (issue 35)"), split over the
-    tensor-parallel ranks. A Llama-style layer's linear layers sum to 9h + 2kv + 3i inputs plus outputs (q, k, v, o,
-    gate, up, down; h hidden, kv the KV width, i the MLP width). The catalog has no MLP width, so i is what the
-    parameters left after attention give with no embeddings: an upper bound. 0 without adapters."""
-    if not endpoint.adapters:
-        return 0.0
+def _lora_elements(model: Model, rank: int) -> float:
+    """Elements of one LoRA adapter of `rank` on every linear layer of every decoder layer: an A (rank x in) and a B
+    (out x rank) matrix each. A Llama-style layer's linear layers sum to 9h + 2kv + 3i inputs plus outputs (q, k, v,
+    o, gate, up, down; h hidden, kv the KV width, i the MLP width). The catalog has no MLP width, so i is what the
+    parameters left after attention give with no embeddings: an upper bound."""
     hidden = model.attention_heads * model.head_dim
     kv = model.kv_heads * model.head_dim
     per_layer = model.params / model.layers
     mlp = max(hidden, (per_layer - 2 * hidden * hidden - 2 * hidden * kv) / (3 * hidden))
     dims = 9 * hidden + 2 * kv + 3 * mlp
+    return model.layers * rank * dims
+
+
+def lora_gib_per_gpu(endpoint: Endpoint, model: Model) -> float:
+    """GPU memory vLLM reserves for LoRA adapters on one GPU of a replica: `max_loras` slots of rank `max_lora_rank`
+    (vLLM preallocates them when `--enable-lora` is set: docs/references.md "LoRA adapters (issue 35)"), split over
+    the tensor-parallel ranks. 0 without adapters."""
+    if not endpoint.adapters:
+        return 0.0
     limits = endpoint.lora
-    elements = limits.max_loras * model.layers * limits.max_lora_rank * dims
+    elements = limits.max_loras * _lora_elements(model, limits.max_lora_rank)
     return elements * model.dtype_bytes / endpoint.tensor_parallel / (1024**3)
+
+
+# ---- disk of an engine pod (issue 38) ------------------------------------------------------------------------------
+
+ADAPTER_FILE_BYTES = 4  # per element: PEFT saves adapters in float32 unless told otherwise (the largest case)
+MIN_VOLUME_GIB = 1  # config and tokenizer files, the adapters' configs: no volume is smaller
+
+
+@dataclass(frozen=True)
+class EngineDisk:
+    """What an engine pod writes to its node's disk, GiB: the model download volume (`model-cache`), the adapters'
+    volume (0 without adapters) and the container's own scratch. The pod's ephemeral-storage request and limit is
+    their sum, and each volume's sizeLimit its share."""
+
+    model_cache_gib: int
+    adapters_gib: int
+    scratch_gib: int
+    why: str
+
+    @property
+    def total_gib(self) -> int:
+        return self.model_cache_gib + self.adapters_gib + self.scratch_gib
+
+    def quantity(self, gib: int) -> str:
+        return f"{gib}Gi"
+
+
+def adapter_gib(model: Model, adapter: Adapter) -> float:
+    """The largest an adapter of the endpoint's model at its rank can be on disk (every linear layer, float32)."""
+    return _lora_elements(model, adapter.rank) * ADAPTER_FILE_BYTES / (1024**3)
+
+
+def engine_disk(endpoint: Endpoint, model: Model) -> EngineDisk:
+    """Sized from the model: Hugging Face weights are downloaded (the weights plus WEIGHTS_DOWNLOAD_MARGIN); S3
+    weights are streamed to the GPU by Run:ai's loader, so only their config and tokenizer land on disk."""
+    weights_gib = model.weight_bytes / (1024**3)
+    downloads = not isinstance(endpoint.model, S3Model)
+    cache = math.ceil(weights_gib * (1 + WEIGHTS_DOWNLOAD_MARGIN.value)) + MIN_VOLUME_GIB if downloads else 0
+    cache = max(cache, MIN_VOLUME_GIB)
+    adapters = 0
+    if endpoint.adapters:
+        raw = sum(adapter_gib(model, a) for a in endpoint.adapters)
+        adapters = math.ceil(raw * (1 + WEIGHTS_DOWNLOAD_MARGIN.value)) + MIN_VOLUME_GIB
+    scratch = math.ceil(ENGINE_SCRATCH_GIB.value)
+    source = f"weights {weights_gib:.1f} GiB downloaded" if downloads else "weights streamed from S3"
+    why = f"{source}, model-cache {cache}Gi, adapters {adapters}Gi, scratch {scratch}Gi"
+    return EngineDisk(cache, adapters, scratch, why)

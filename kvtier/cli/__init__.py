@@ -21,7 +21,7 @@ from kvtier.cli import hints
 from kvtier.errors import ExitCode, KvtierError
 
 # Subcommands of the design, in help order: each module defines `register(subparsers)`.
-COMMANDS = ("validate", "plan", "bench", "simulate", "preflight", "status", "verify")
+COMMANDS = ("validate", "plan", "bench", "simulate", "preflight", "status", "verify", "l2")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -15,6 +15,9 @@ from kvtier.config.hyperpod import InstanceTypeName
 
 ENDPOINT_NAME_MAX = 28
 MIN_MODEL_LEN = 256  # the shortest max_model_len kvtier accepts
+# The longest a request may run on a standalone endpoint (`max_request_seconds`) unless its file says otherwise: the
+# router cuts a request there, and a stopping replica waits that long for its streams (issue 38, docs/endpoints.md).
+DEFAULT_MAX_REQUEST_SECONDS = 600
 Routing = Literal["prefixaware", "kvaware", "session", "roundrobin", "poolaware"]
 Mode = Literal["operator", "standalone"]
 # vLLM `--dtype` (weights and KV): `auto` takes the model config's dtype. Part of the L2 identity.
@@ -339,6 +342,10 @@ class Endpoint(StrictModel):
     # LoRA adapters on the base model (issue 35, kvtier/config/adapters.py): standalone mode only.
     adapters: Annotated[Items[Adapter], Field(max_length=256)] = ()
     lora: LoraLimits = LoraLimits()
+    # Issue 38, standalone mode: the longest a request may run. The router cuts a request there
+    # (`--request-timeout-secs`), and a replica that stops (scale-in, rollout, drain) waits that long for its streams
+    # before vLLM gets SIGTERM (its termination grace period follows). Default DEFAULT_MAX_REQUEST_SECONDS.
+    max_request_seconds: Annotated[int | None, Field(ge=10, le=86_400)] = None
 
     @property
     def max_replicas(self) -> int:
@@ -353,6 +360,16 @@ class Endpoint(StrictModel):
             (f"adapters[{i}].source", a.source) for i, a in enumerate(self.adapters) if isinstance(a.source, S3Adapter)
         ]
         return found
+
+    @property
+    def min_replicas(self) -> int:
+        """The fewest replicas the endpoint runs with (autoscaling can take it down to its minimum)."""
+        return self.autoscaling.min_replicas if self.autoscaling else self.replicas
+
+    @property
+    def request_seconds(self) -> int:
+        """The longest a request may run (standalone mode): `max_request_seconds` or its default."""
+        return self.max_request_seconds or DEFAULT_MAX_REQUEST_SECONDS
 
     @model_validator(mode="after")
     def _checks(self) -> Endpoint:
@@ -372,6 +389,13 @@ class Endpoint(StrictModel):
                 "cache.l2",
                 "the HyperPod tiered storage L2 is wired by the Inference Operator only",
                 "use l2: curvine or none in standalone mode, or mode: operator",
+            )
+        if self.max_request_seconds is not None and self.mode == "operator":
+            raise FieldError(
+                "max_request_seconds",
+                "the InferenceEndpointConfig has no field for a request timeout or a drain (the operator renders its "
+                "router and pods), so operator mode cannot honour it",
+                "remove it, or use mode: standalone",
             )
         if self.adapters:
             if self.mode == "operator":

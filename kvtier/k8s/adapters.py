@@ -142,13 +142,14 @@ def _check(endpoint: Endpoint, engine_image: str) -> dict[str, Any]:
 
 
 def adapter_pod_parts(
-    env: Environment, endpoint: Endpoint, engine_image: str
+    env: Environment, endpoint: Endpoint, engine_image: str, volume_gib: int
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """(init containers, pod volumes, engine mounts, engine env) for the endpoint's adapters (all empty without)."""
+    """(init containers, pod volumes, engine mounts, engine env) for the endpoint's adapters (all empty without); the
+    volume holds `volume_gib` (sized from the adapters' ranks and the model, kvtier/sizing.py `engine_disk`)."""
     if not endpoint.adapters:
         return [], [], [], []
     init = [*(_fetch(env, engine_image, a) for a in endpoint.adapters), _check(endpoint, engine_image)]
-    volumes = [{"name": ADAPTER_VOLUME, "emptyDir": {"sizeLimit": "20Gi"}}]
+    volumes = [{"name": ADAPTER_VOLUME, "emptyDir": {"sizeLimit": f"{volume_gib}Gi"}}]
     mounts = [{"name": ADAPTER_VOLUME, "mountPath": ADAPTER_ROOT, "readOnly": True}]
     return init, volumes, mounts, _pod_name_env()
 

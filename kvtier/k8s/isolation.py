@@ -1,8 +1,9 @@
 """A line of business's fences: ResourceQuota, LimitRange and NetworkPolicies in its namespace.
 
 Quota rule: GPUs = the LOB's `gpu_quota`; CPU and memory = `gpu_quota` x the largest per-GPU share (vCPU, RAM) of
-the instance types its endpoints use, plus a fixed allowance for routers, janitor and benchmark Jobs. The quota
-is a ceiling that keeps one LOB from starving the others on shared nodes, not a reservation.
+the instance types its endpoints use, plus a fixed allowance for the janitor and benchmark Jobs, plus the routers of
+its standalone endpoints (two replicas and one rollout pod each, issue 38). The quota is a ceiling that keeps one LOB
+from starving the others on shared nodes, not a reservation.
 
 Requests only: the quota counts `requests.*`, what the scheduler reserves, and never `limits.*`. A quota on limits
 makes every container declare limits, so the LimitRange would have to invent them, and an invented limit below a
@@ -52,10 +53,11 @@ from kvtier.k8s.endpoint_names import (
 )
 from kvtier.k8s.namespace import LOB_LABEL
 from kvtier.k8s.observability.scrape import lob_scrape_ports
+from kvtier.k8s.router import ROUTER_CPU_MILLIS, ROUTER_MEMORY_GIB, ROUTER_REPLICAS, ROUTER_SURGE
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 
-# The LOB's pods without a GPU: routers and benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only
-# there is L2 mounted); this allowance, on top of the GPU share, bounds them.
+# The LOB's pods without a GPU: benchmark Jobs on system nodes, and the L2 janitor on GPU nodes (only there is L2
+# mounted); this allowance, on top of the GPU share and the routers, bounds them.
 SYSTEM_ALLOWANCE_CPU = 8
 SYSTEM_ALLOWANCE_MEMORY_GIB = 16
 METRICS_SCRAPER_LABEL = "kvtier.io/metrics-scraper"
@@ -75,8 +77,9 @@ def quota(env: Environment, lob: LineOfBusiness) -> dict[str, str]:
     shares = [env.instance(e.instance_type) for e in lob.endpoints]
     cpu_per_gpu = max(i.vcpus / i.gpus for i in shares)
     memory_per_gpu = max(i.memory_gib / i.gpus for i in shares)
-    cpu = math.ceil(lob.gpu_quota * cpu_per_gpu) + SYSTEM_ALLOWANCE_CPU
-    memory = math.ceil(lob.gpu_quota * memory_per_gpu) + SYSTEM_ALLOWANCE_MEMORY_GIB
+    routers = sum(1 for e in lob.endpoints if e.mode == "standalone") * (ROUTER_REPLICAS + ROUTER_SURGE)
+    cpu = math.ceil(lob.gpu_quota * cpu_per_gpu) + SYSTEM_ALLOWANCE_CPU + math.ceil(routers * ROUTER_CPU_MILLIS / 1000)
+    memory = math.ceil(lob.gpu_quota * memory_per_gpu) + SYSTEM_ALLOWANCE_MEMORY_GIB + routers * ROUTER_MEMORY_GIB
     return {
         "requests.nvidia.com/gpu": str(lob.gpu_quota),
         "requests.cpu": str(cpu),

@@ -16,6 +16,7 @@ from kvtier.config.environment import Environment
 from kvtier.connectors import connector_for, engine_image
 from kvtier.k8s.autoscaling import operator_autoscaling_spec
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.disruption import engine_pdb
 from kvtier.k8s.endpoint_names import (
     OPERATOR_NAMESPACE,
     OPERATOR_ROUTER_PORT,
@@ -23,7 +24,7 @@ from kvtier.k8s.endpoint_names import (
     operator_router_service_name,
 )
 from kvtier.naming import L2_IDENTITY_ANNOTATION, L2_IDENTITY_FACTS_ANNOTATION, lob_namespace
-from kvtier.sizing import worker_size
+from kvtier.sizing import EngineDisk, worker_size
 
 API_VERSION = "inference.sagemaker.aws.amazon.com/v1"
 KIND = "InferenceEndpointConfig"
@@ -117,8 +118,19 @@ def kv_cache_spec(endpoint: Endpoint) -> dict[str, Any]:
     return spec
 
 
-def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
-    size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
+def worker_resources(env: Environment, endpoint: Endpoint, disk: EngineDisk | None) -> dict[str, Any]:
+    """CPU, memory and GPU; with `disk`, an ephemeral-storage request for what the pod writes to its node (issue 38).
+    A request only: where the operator downloads the weights is not documented, so a limit could evict a pod whose
+    volumes kvtier cannot see; the request still keeps the room on the node (the scheduler counts it)."""
+    resources = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache).resources()
+    if disk is not None:
+        resources["requests"]["ephemeral-storage"] = disk.quantity(disk.total_gib)
+    return resources
+
+
+def inference_endpoint_config(
+    env: Environment, lob: str, endpoint: Endpoint, disk: EngineDisk | None = None
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "modelName": model_name(env.name, lob, endpoint.name),
         "instanceType": endpoint.instance_type,
@@ -130,7 +142,7 @@ def inference_endpoint_config(env: Environment, lob: str, endpoint: Endpoint) ->
             "args": ["--model", MODEL_PATH, *vllm_args(endpoint)],
             "modelInvocationPort": {"containerPort": VLLM_PORT, "name": "http"},
             "modelVolumeMount": {"name": MODEL_VOLUME, "mountPath": MODEL_PATH},
-            "resources": size.resources(),
+            "resources": worker_resources(env, endpoint, disk),
             "environmentVariables": worker_env(lob, endpoint),
         },
         "kvCacheSpec": kv_cache_spec(endpoint),
@@ -175,6 +187,11 @@ def operator_router_service(lob: str, endpoint: str) -> dict[str, Any]:
     }
 
 
-def add_operator_endpoint(chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint) -> None:
-    api_object(chart, "endpoint", inference_endpoint_config(env, lob, endpoint))
+def add_operator_endpoint(
+    chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint, disk: EngineDisk | None = None
+) -> None:
+    api_object(chart, "endpoint", inference_endpoint_config(env, lob, endpoint, disk))
     api_object(chart, "router-service", operator_router_service(lob, endpoint.name))
+    # The operator renders no PodDisruptionBudget (its ClusterRole has no `policy` rules; docs/references.md
+    # "Issue 38"): kvtier's keeps one replica through drains (kvtier/k8s/disruption.py).
+    api_object(chart, "engine-pdb", engine_pdb(lob, endpoint))

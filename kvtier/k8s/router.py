@@ -21,6 +21,7 @@ from typing import Any
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.disruption import ROUTER_NODE_LOSS_S, node_loss_tolerations, router_pdb
 from kvtier.k8s.endpoint_names import (
     COMPONENT_LABEL,
     ENDPOINT_LABEL,
@@ -79,6 +80,12 @@ def failover_args() -> list[str]:
     return ["--retry-max-retries", str(RETRY_ATTEMPTS), "--cb-failure-threshold", str(CB_FAILURE_THRESHOLD)]
 
 
+def timeout_args(endpoint: Endpoint) -> list[str]:
+    """The router cuts a request at the endpoint's longest allowed one (issue 38; 0.1.17's default is 1800 s), the
+    same bound a stopping engine waits for its streams (kvtier/k8s/drain.py)."""
+    return ["--request-timeout-secs", str(endpoint.request_seconds)]
+
+
 def policy_args(endpoint: Endpoint, knobs: CacheAwareKnobs | None) -> list[str]:
     """`--policy` and, for poolaware, cache_aware's knobs from the plan (the router's defaults otherwise)."""
     policy = ["--policy", router_policy(endpoint)]
@@ -102,6 +109,7 @@ def router_args(lob: str, endpoint: Endpoint, knobs: CacheAwareKnobs | None = No
         "--prometheus-port",
         str(ROUTER_METRICS_PORT),
         *failover_args(),
+        *timeout_args(endpoint),
     ]
 
 
@@ -120,6 +128,30 @@ def _probe(path: str, period: int, failures: int) -> dict[str, Any]:
 
 # The Deployment's annotation with each pool-aware knob's reason (one line per flag).
 KNOBS_ANNOTATION = "kvtier.io/poolaware-knobs"
+# Issue 38: two replicas on two nodes, so losing a node (or draining it) loses no endpoint. Each replica routes with
+# its own state: consistent_hash rings agree (the ring is a function of the worker URLs), cache_aware trees do not
+# (each learns only the requests it routed; the shared L2 serves what the other replica's engine wrote). The cost,
+# measured with the real router: docs/endpoints.md "Two routers".
+ROUTER_REPLICAS = 2
+ROUTER_SURGE = 1  # a rollout starts the new router before the old one goes (maxSurge 1, maxUnavailable 0)
+ROUTER_CPU_MILLIS = 500  # requested per router pod; the LOB quota counts them (kvtier/k8s/isolation.py)
+ROUTER_MEMORY_GIB = 1
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
+def spread(selector: dict[str, str]) -> list[dict[str, Any]]:
+    """At most one replica more on any node than on another (so two replicas, two nodes). Nodes whose taints the pod
+    does not tolerate (a cordoned or dead node) do not count: with one system node left, both replicas run there
+    rather than one staying Pending."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": HOSTNAME_KEY,
+            "whenUnsatisfiable": "DoNotSchedule",
+            "nodeTaintsPolicy": "Honor",
+            "labelSelector": {"matchLabels": dict(selector)},
+        }
+    ]
 
 
 def router_objects(
@@ -128,7 +160,7 @@ def router_objects(
     namespace = lob_namespace(lob)
     name = router_name(endpoint.name)
     labels = router_labels(endpoint.name)
-    memory = "1Gi"  # cache_aware's radix trees are bounded by --max-tree-size (2**25 tokens by default)
+    memory = f"{ROUTER_MEMORY_GIB}Gi"  # cache_aware's radix trees are bounded by --max-tree-size (2**25 by default)
     ports: list[dict[str, Any]] = [
         {"name": "http", "containerPort": ROUTER_CONTAINER_PORT},
         {"name": "metrics", "containerPort": ROUTER_METRICS_PORT},
@@ -139,6 +171,9 @@ def router_objects(
     if knobs is not None and endpoint.routing == "poolaware":
         deployment_meta["annotations"] = {KNOBS_ANNOTATION: "\n".join(f"{k} {v}" for k, v in knobs.why.items())}
     tmp = tmp_volume()
+    selector = {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "router"}
+    where = placement(env, "system").pod_spec()
+    where["tolerations"] = [*where.get("tolerations", []), *node_loss_tolerations(ROUTER_NODE_LOSS_S)]
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
@@ -160,14 +195,14 @@ def router_objects(
             "kind": "Deployment",
             "metadata": deployment_meta,
             "spec": {
-                # One replica: cache_aware's trees and the hash ring live in the router's memory.
-                "replicas": 1,
+                "replicas": ROUTER_REPLICAS,
                 "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
-                "selector": {"matchLabels": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "router"}},
+                "selector": {"matchLabels": selector},
                 "template": {
                     "metadata": {"labels": labels},
                     "spec": {
-                        **placement(env, "system").pod_spec(),
+                        **where,
+                        "topologySpreadConstraints": spread(selector),
                         # The router discovers engine pods through the API (its Role): it keeps its token.
                         "serviceAccountName": name,
                         # The router writes nothing but /tmp; it needs no root.
@@ -183,7 +218,7 @@ def router_objects(
                                 "args": router_args(lob, endpoint, knobs),
                                 "ports": ports,
                                 "resources": {
-                                    "requests": {"cpu": "500m", "memory": memory},
+                                    "requests": {"cpu": f"{ROUTER_CPU_MILLIS}m", "memory": memory},
                                     "limits": {"cpu": "2", "memory": memory},
                                 },
                                 "startupProbe": _probe(
@@ -205,10 +240,11 @@ def router_objects(
             "metadata": {"name": router_service_name(endpoint.name), "namespace": namespace, "labels": labels},
             "spec": {
                 "type": "ClusterIP",
-                "selector": {ENDPOINT_LABEL: endpoint.name, COMPONENT_LABEL: "router"},
+                "selector": selector,
                 "ports": service_ports,
             },
         },
+        router_pdb(lob, endpoint),
     ]
 
 

@@ -14,6 +14,7 @@ import hashlib
 import json
 from typing import Any
 
+from kvtier.catalog import as_served, resolve_model
 from kvtier.config.endpoint import Endpoint, S3Model
 from kvtier.config.environment import Environment
 from kvtier.connectors import connector_for, engine_image
@@ -21,6 +22,8 @@ from kvtier.connectors.base import EngineWiring, MountedFiles
 from kvtier.k8s.adapters import TERMINATION_MESSAGE, adapter_pod_parts, lora_args, reads_s3
 from kvtier.k8s.autoscaling import add_standalone_autoscaling
 from kvtier.k8s.base import KvtierChart, api_object
+from kvtier.k8s.disruption import engine_pdb
+from kvtier.k8s.drain import lifecycle, termination_grace_s
 from kvtier.k8s.endpoint_names import (
     COMPONENT_LABEL,
     ENDPOINT_LABEL,
@@ -34,9 +37,10 @@ from kvtier.k8s.placement import placement
 from kvtier.k8s.security import container_security_context, pod_security_context
 from kvtier.naming import MODEL_READER_SA, lob_namespace
 from kvtier.serving import L2_CLAIM, L2_MOUNT_PATH, L2_VOLUME, PROMETHEUS_DIR, hash_seed_env
-from kvtier.sizing import worker_size
+from kvtier.sizing import EngineDisk, engine_disk, worker_size
 
-MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk
+MODEL_CACHE = "/models"  # Hugging Face downloads (HF_HOME), on an emptyDir of the node's disk, sized from the model
+EPHEMERAL = "ephemeral-storage"
 SHM_GIB = 8  # /dev/shm for tensor-parallel workers (NCCL); counted inside the pod's memory limit
 # Startup covers the weight download and load: 180 x 10 s = 30 minutes before the kubelet restarts the pod.
 STARTUP_FAILURES = 180
@@ -104,7 +108,30 @@ def _engine_env(wiring: EngineWiring, model_env: list[dict[str, Any]]) -> list[d
     ]
 
 
-def _volumes(endpoint: Endpoint, wiring: EngineWiring) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def catalog_disk(endpoint: Endpoint) -> EngineDisk:
+    """The disk of an endpoint whose model the catalog knows (the LOB stack passes the disk of every endpoint, a
+    model its file describes included: kvtier/stacks/lob.py)."""
+    try:
+        model = resolve_model(endpoint.model.id, {})
+    except LookupError:
+        raise ValueError(
+            f"endpoint {endpoint.name!r}: model {endpoint.model.id!r} is not in the catalog; pass its disk"
+        ) from None
+    return engine_disk(endpoint, as_served(model, endpoint.kv_cache_dtype, endpoint.weight_format))
+
+
+def _resources(endpoint: Endpoint, env: Environment, disk: EngineDisk) -> dict[str, Any]:
+    """CPU, memory and GPU (kvtier/sizing.py), and the disk the pod writes: requests equal limits, so the scheduler
+    keeps the room on the node's EBS volume and a pod that outgrows it is the one evicted, not a neighbour."""
+    resources = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache).resources()
+    for part in ("requests", "limits"):
+        resources[part][EPHEMERAL] = disk.quantity(disk.total_gib)
+    return resources
+
+
+def _volumes(
+    endpoint: Endpoint, wiring: EngineWiring, disk: EngineDisk
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(pod volumes, engine mounts)."""
     volumes: list[dict[str, Any]] = [
         {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": f"{SHM_GIB + wiring.shm_gib}Gi"}},
@@ -116,21 +143,21 @@ def _volumes(endpoint: Endpoint, wiring: EngineWiring) -> tuple[list[dict[str, A
     if endpoint.cache.l2 == "curvine":
         volumes.append({"name": L2_VOLUME, "persistentVolumeClaim": {"claimName": L2_CLAIM}})
         mounts.append({"name": L2_VOLUME, "mountPath": L2_MOUNT_PATH})
-    volumes.append({"name": "model-cache", "emptyDir": {}})
+    volumes.append({"name": "model-cache", "emptyDir": {"sizeLimit": disk.quantity(disk.model_cache_gib)}})
     mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE})
     return volumes, mounts
 
 
-def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[str, Any]:
+def engine_deployment(env: Environment, lob: str, endpoint: Endpoint, disk: EngineDisk | None = None) -> dict[str, Any]:
     namespace = lob_namespace(lob)
     labels = engine_labels(endpoint.name)
     wiring = engine_wiring(endpoint)
-    size = worker_size(env.instance(endpoint.instance_type), endpoint.tensor_parallel, endpoint.cache)
+    disk = disk or catalog_disk(endpoint)
     model_args, model_env = _model(env, endpoint)
-    volumes, mounts = _volumes(endpoint, wiring)
+    volumes, mounts = _volumes(endpoint, wiring, disk)
     # LoRA adapters (issue 35): fetched by init containers onto a volume the engine mounts.
     adapter_init, adapter_volumes, adapter_mounts, adapter_env = adapter_pod_parts(
-        env, endpoint, engine_image(endpoint)
+        env, endpoint, engine_image(endpoint), disk.adapters_gib
     )
     volumes += adapter_volumes
     mounts += adapter_mounts
@@ -143,10 +170,11 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
         "args": args,
         "env": [*_engine_env(wiring, model_env), *adapter_env],
         "ports": ports,
-        "resources": size.resources(),
+        "resources": _resources(endpoint, env, disk),
         "startupProbe": _probe(10, STARTUP_FAILURES),
         "readinessProbe": _probe(5, 3),
         "livenessProbe": _probe(15, 4),
+        **({"lifecycle": hook} if (hook := lifecycle(endpoint)) else {}),
         "volumeMounts": mounts,
         # The vLLM image runs as root and writes its caches under /root and /tmp: root stays, the rest is dropped.
         "securityContext": container_security_context(read_only_root=False),
@@ -178,7 +206,8 @@ def engine_deployment(env: Environment, lob: str, endpoint: Endpoint) -> dict[st
                         if isinstance(endpoint.model, S3Model) or reads_s3(endpoint)
                         else {}
                     ),
-                    "terminationGracePeriodSeconds": 60,
+                    # The preStop drain waits up to the longest allowed request, then vLLM exits (drain.py).
+                    "terminationGracePeriodSeconds": termination_grace_s(endpoint),
                     # vLLM never calls the Kubernetes API; Pod Identity mounts its own token for S3.
                     "automountServiceAccountToken": False,
                     "securityContext": pod_security_context(non_root=False),
@@ -206,10 +235,17 @@ def engine_service(lob: str, endpoint: Endpoint) -> dict[str, Any]:
 
 
 def add_standalone_engine(
-    chart: KvtierChart, env: Environment, lob: str, endpoint: Endpoint, *, keda_role_arn: str | None = None
+    chart: KvtierChart,
+    env: Environment,
+    lob: str,
+    endpoint: Endpoint,
+    *,
+    keda_role_arn: str | None = None,
+    disk: EngineDisk | None = None,
 ) -> None:
     if (files := engine_wiring(endpoint).files) is not None:
         api_object(chart, files.volume, _config_map(lob, files))
-    api_object(chart, "engine", engine_deployment(env, lob, endpoint))
+    api_object(chart, "engine", engine_deployment(env, lob, endpoint, disk))
     api_object(chart, "engine-service", engine_service(lob, endpoint))
+    api_object(chart, "engine-pdb", engine_pdb(lob, endpoint))
     add_standalone_autoscaling(chart, env, lob, endpoint, keda_role_arn=keda_role_arn)  # issue 33: per-LOB role

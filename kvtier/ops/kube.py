@@ -107,6 +107,15 @@ class _Errors(logging.Handler):
 def list_items(call: Callable[[], Any], what: str, *, missing_ok: bool = False) -> list[dict[str, Any]]:
     """The `items` of one list call; every failure to reach or read the API is one UnavailableError line (exit 3).
     The one home of that mapping: `verify` and `verify --probe` (portforward.KubePodAccess) both list through it."""
+    data = request(call, f"list {what}", missing_ok=missing_ok)
+    items: list[dict[str, Any]] = (data or {}).get("items", [])
+    return items
+
+
+def request(call: Callable[[], Any], what: str, *, missing_ok: bool = False) -> dict[str, Any] | None:
+    """One API call made with `_preload_content=False` (a list, get, create, patch or delete; `what` says what, as
+    "list pods in curvine" or "delete pod curvine/x"): its JSON body, None for a 404 when `missing_ok`. Failing to
+    reach or read the API is one UnavailableError line (exit 3)."""
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -114,21 +123,20 @@ def list_items(call: Callable[[], Any], what: str, *, missing_ok: bool = False) 
         response = call()
     except ApiException as err:
         if err.status == 404 and missing_ok:
-            return []  # the resource type is not installed
+            return None  # the object, or the resource type, is not there
         if err.status in (401, 403):
             raise UnavailableError(
-                f"cannot check: the Kubernetes API refused to list {what} ({err.status} {err.reason})"
+                f"cannot check: the Kubernetes API refused to {what} ({err.status} {err.reason})"
             ) from err
-        raise UnavailableError(f"cannot check: listing {what} failed ({err.status} {err.reason})") from err
+        raise UnavailableError(f"cannot check: {what} failed ({err.status} {err.reason})") from err
     except (HTTPError, OSError) as err:
         raise UnavailableError(
             f"cannot check: the Kubernetes API does not answer within {CONNECT_TIMEOUT_S} s to connect and "
             f"{READ_TIMEOUT_S} s to read, {RETRIES + 1} attempts ({_short(err)}); check the network and the API "
             "server's endpoint access (public_access_cidrs)"
         ) from err
-    data = json.loads(response.data)
-    items: list[dict[str, Any]] = data.get("items", [])
-    return items
+    data = json.loads(response.data or b"{}")
+    return data if isinstance(data, dict) else {}
 
 
 def _short(err: BaseException) -> str:

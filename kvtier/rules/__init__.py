@@ -19,6 +19,8 @@ from kvtier.errors import ConfigError, Problem
 from kvtier.rules.access import check_eks_access, check_model_buckets, check_model_keys
 from kvtier.rules.autoscaling import check_autoscaling
 from kvtier.rules.context import Context, Findings
+from kvtier.rules.disk import check_node_disk
+from kvtier.rules.disruption import check_drain_room, check_one_replica
 from kvtier.rules.fit import check_model_fits, check_node_memory, placement_problems
 from kvtier.rules.gpus import check_gpu_groups, check_quota, check_rolling_updates
 from kvtier.rules.images import check_image_pins
@@ -47,6 +49,7 @@ def cross_check(
         check_autoscaling(ctx, site, found)
         check_tiered_storage(ctx, site, found)
         check_pinned_weights(site, found)
+        check_one_replica(site, found)
         model = models.get((site.lob.name, site.index))
         # A max_model_len the model cannot serve is the one error about it: the fit check would only add a second.
         # Issue 36: a weight format or a connector x model kind that cannot serve comes first, too.
@@ -61,6 +64,8 @@ def cross_check(
     check_l2_pool(ctx, found, models)
     check_node_requests(ctx, found)
     check_rolling_updates(ctx, found)
+    check_drain_room(ctx, found)
+    check_node_disk(ctx, found, models)
     check_eks_access(ctx, found)
     check_model_buckets(ctx, found)
     check_model_keys(ctx, found)

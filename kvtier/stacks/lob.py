@@ -40,7 +40,9 @@ from kvtier.k8s.router import add_router
 from kvtier.k8s.standalone import add_standalone_engine
 from kvtier.naming import l2_lob_path, lob_namespace
 from kvtier.planner.pool_routing import endpoint_knobs
+from kvtier.planner.shapes import endpoint_model
 from kvtier.serving import L2_CLAIM
+from kvtier.sizing import engine_disk
 from kvtier.stacks.base import KvtierStack
 
 LOB_TAG = "kvtier:line-of-business"
@@ -202,11 +204,15 @@ class LobStack(KvtierStack):
     def _endpoint(self, endpoint: Endpoint) -> eks.KubernetesManifest:
         """One endpoint's objects: an InferenceEndpointConfig, or vLLM + router in standalone mode."""
         chart = self._chart(f"endpoint-{endpoint.name}")
+        # What the pods write to their node's disk, from the model as the LOB file describes it (issue 38).
+        disk = engine_disk(endpoint, endpoint_model(self.lob, endpoint, f"lobs/{self.lob.name}.yaml"))
         if endpoint.mode == "operator":
-            add_operator_endpoint(chart, self.config_env, self.lob.name, endpoint)
+            add_operator_endpoint(chart, self.config_env, self.lob.name, endpoint, disk)
         else:
             keda_role_arn = self.keda.role.role_arn if self.keda is not None else None
-            add_standalone_engine(chart, self.config_env, self.lob.name, endpoint, keda_role_arn=keda_role_arn)
+            add_standalone_engine(
+                chart, self.config_env, self.lob.name, endpoint, keda_role_arn=keda_role_arn, disk=disk
+            )
             knobs = endpoint_knobs(self.kvtier_config, self.lob.name, endpoint)
             add_router(chart, self.config_env, self.lob.name, endpoint, knobs)
         # The policy must be active before the first pod, pods need their L2 claim, and pods reading S3 weights

@@ -1,17 +1,18 @@
 """Client-supplied cache tags with a real engine (issue 24): they must not fork the L2.
 
 LMCache 0.4.3 keys a request's chunks by its `kv_transfer_params` entries `lmcache.tag.<name>` too (docs/l2.md), so
-without kvtier's connector module a tagged request misses the shared chunks and writes its own copies. One engine runs
-kvtier's standalone rendering of the example endpoint (`render.standalone`: the connector module comes from the
-ConfigMap, on the PYTHONPATH kvtier renders) and gets, in order:
+without kvtier's connector module a tagged request misses the shared chunks and writes its own copies. As a phase on
+the session's shared engines (lmcache_replicas.py), engine A, kvtier's standalone rendering of the example endpoint
+(`render.standalone`: the connector module comes from the ConfigMap, on the PYTHONPATH kvtier renders), gets, in
+order, prompts of this phase's own:
 1. an untagged prompt, cold: LMCache stores its full chunks (the shared files);
 2. the same tokens with a tag: LMCache's lookup must find every one of those chunks (LMCache's own "hit tokens" line;
    on one engine vLLM's L0 holds the prompt too, so vLLM's external-hit counter cannot tell);
 3. a new prompt with another tag: it must store exactly its own full chunks, under untagged names (no
    `@<name>%<value>` key suffix), and nothing else (no tagged copy of step 2's chunks).
 
-`KVTIER_TAGS_BREAK=unprotected` renders vLLM's own `LMCacheConnectorV1` instead (the rendering before issue 24):
-steps 2 and 3 then fail (docs/development.md).
+`KVTIER_TAGS_BREAK=unprotected` renders vLLM's own `LMCacheConnectorV1` instead (the rendering before issue 24), for
+the shared engines (lmcache_replicas.py reads it): steps 2 and 3 then fail (docs/development.md).
 """
 
 from __future__ import annotations
@@ -21,25 +22,14 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kvtier.bench.testserver import free_port
 from kvtier.rules import load_checked
 from tests.engine import render
-from tests.engine.engines import Engines
-from tests.engine.scenario import (
-    ADAPTER_DIR,
-    ENDPOINT,
-    ENV_NAME,
-    LOB,
-    MODEL_SEED,
-    PROMPT_TOKENS,
-    REPO,
-    STARTUP_TIMEOUT_S,
-    Reading,
-    ask,
-    build_model,
-    prompt_ids,
-)
+from tests.engine.scenario import ENDPOINT, ENV_NAME, LOB, PROMPT_TOKENS, REPO, Reading, ask, prompt_ids
+
+if TYPE_CHECKING:
+    from tests.engine.lmcache_replicas import Replicas
 
 TAG = {"lmcache.tag.tenant": "mallory"}
 OTHER_TAG = {"lmcache.tag.tenant": "eve"}
@@ -83,40 +73,23 @@ def connector_of(rendered: render.Rendered) -> str:
     return name
 
 
-def client_tags(python: str, workdir: Path, break_what: str | None) -> TagsObserved:
+def client_tags(group: Replicas) -> TagsObserved:
     total = time.monotonic()
-    config = load_checked(REPO / "config", ENV_NAME)
-    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
-    chunk = endpoint.cache.chunk_size
-    timings = {"model_build": build_model(python, workdir / "model")}
-    l2_root = workdir / "l2"  # stands in for the LOB's Curvine volume
-    l2_root.mkdir(exist_ok=False)
-    rendered = rendering(break_what)
-    launch = render.localize(
-        rendered,
-        l2_root=l2_root,
-        private_root=workdir / "root-T",
-        model_dir=workdir / "model",
-        port=free_port(),
-        adapter_dir=ADAPTER_DIR,
-    )
-    with Engines(python, workdir, endpoint.model.id, STARTUP_TIMEOUT_S) as group:
-        started = time.monotonic()
-        (engine,) = group.start([("T", launch)])
-        timings["start"] = time.monotonic() - started
-        first, second = prompt_ids(MODEL_SEED), prompt_ids(MODEL_SEED + 1)
-        untagged = ask(engine, first, l2_root, wait_store=True)
-        tagged_same = ask(engine, first, l2_root, wait_store=False, extra={"kv_transfer_params": dict(TAG)})
-        tagged_new = ask(engine, second, l2_root, wait_store=True, extra={"kv_transfer_params": dict(OTHER_TAG)})
-    timings["total"] = time.monotonic() - total
+    chunk = group.endpoint.cache.chunk_size
+    seed = group.phase("client-tags")
+    first, second = prompt_ids(f"{seed}:0"), prompt_ids(f"{seed}:1")
+    engine, l2_root = group.engines["A"], group.l2_root
+    untagged = ask(engine, first, l2_root, wait_store=True)
+    tagged_same = ask(engine, first, l2_root, wait_store=False, extra={"kv_transfer_params": dict(TAG)})
+    tagged_new = ask(engine, second, l2_root, wait_store=True, extra={"kv_transfer_params": dict(OTHER_TAG)})
     return TagsObserved(
         chunk_size=chunk,
         full_chunk_tokens=PROMPT_TOKENS // chunk * chunk,
         untagged=untagged,
         tagged_same=tagged_same,
         tagged_new=tagged_new,
-        connector=connector_of(rendered),
-        timings_s=timings,
+        connector=connector_of(group.replica),
+        timings_s={"total": time.monotonic() - total},
     )
 
 

@@ -207,6 +207,21 @@ def metric_sum(text: str, name: str) -> float:
     return sum(float(v) for v in pattern.findall(text))
 
 
+def _on_sigterm(signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM (CI's `timeout`, a cancelled job) raises KeyboardInterrupt while inside, so every `finally` and
+    pytest's fixture teardown run and stop what was started; the previous handler comes back on the way out."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 class Engines:
     """Start engines together, wait for all, stop all on exit (including Ctrl-C and SIGTERM)."""
 
@@ -216,18 +231,17 @@ class Engines:
         self.served_model = served_model
         self.startup_timeout_s = startup_timeout_s
         self.engines: list[Engine] = []
-        self._previous: Any = None
+        self._interrupts = contextlib.ExitStack()
 
     def __enter__(self) -> Engines:
-        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        self._interrupts.enter_context(sigterm_interrupts())
         return self
 
-    def _on_sigterm(self, signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
     def __exit__(self, *exc: object) -> None:
-        self.stop_all()
-        signal.signal(signal.SIGTERM, self._previous)
+        try:
+            self.stop_all()
+        finally:
+            self._interrupts.close()
 
     def stop_all(self) -> None:
         for engine in self.engines:

@@ -89,8 +89,10 @@ def markdown(observed: Observed) -> str:
             )
     lines += [
         "",
-        f"Timings: model build {t.get('model_build', 0):.0f} s; three engines started together in "
-        f"{t.get('phase1_start', 0):.0f} s, two more in {t.get('phase2_start', 0):.0f} s; bench {t.get('bench', 0):.0f} s; "
+        f"Timings: model build {t.get('model_build', 0):.0f} s; A, B and C (shared with the session's other phases) "
+        f"started together in {t.get('phase1_start', 0):.0f} s, E and D one after the other in "
+        f"{t.get('phase2_start', 0):.0f} s; "
+        f"bench {t.get('bench', 0):.0f} s; "
         f"probes {t.get('probe', 0):.0f} s; "
         f"whole scenario {t.get('scenario', 0):.0f} s (load average {os.getloadavg()[0]:.0f} on this machine at the end).",
     ]

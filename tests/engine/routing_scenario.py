@@ -1,9 +1,10 @@
 """The real-router scenario: two engines of the example's standalone endpoint, kvtier's router in front, per strategy.
 
-Engines A and B run kvtier's standalone rendering (LMCache L1 + the shared L2 folder, as in scenario.py) plus
-`--enable-scale-out`. For each strategy kvtier can render in standalone mode, the router starts with kvtier's flags
-(routers.localize) and three workloads run through it, each with fresh token ids so no strategy inherits another's
-cache:
+It runs as a phase on the session's shared engines (lmcache_replicas.py): A and B run kvtier's standalone rendering
+(LMCache L1 + the shared L2 folder, as in scenario.py) plus `--enable-scale-out`. For each strategy kvtier can render
+in standalone mode, the router starts with kvtier's flags (routers.localize) and three workloads run through it, each
+with fresh token ids (drawn from this phase's seed and the strategy) so no strategy inherits another's cache, nor
+another phase's:
 - `prefix` (sequential): 3 prefixes of PREFIX_TOKENS, 4 interleaved rounds, each a new short suffix, no header;
 - `session` (sequential): 5 sessions of fresh prompts, 3 rounds, header SESSION_HEADER;
 - `chat` (concurrent): USERS users share a SYSTEM_TOKENS system prompt, each with its own document; ROUNDS turns, each
@@ -23,7 +24,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -35,9 +36,12 @@ from kvtier.rules import load_checked
 from kvtier.stats import percentile
 from kvtier.versions import ROUTER_POLICY
 from tests.engine import render
-from tests.engine.engines import Engine, EngineError, Engines
-from tests.engine.routers import ENGINE_EXTRA_ARGS, Router, broken, localize, running
-from tests.engine.scenario import ADAPTER_DIR, ENDPOINT, ENV_NAME, LOB, REPO, STARTUP_TIMEOUT_S, build_model
+from tests.engine.engines import Engine, EngineError
+from tests.engine.routers import Router, broken, localize, running
+from tests.engine.scenario import ENDPOINT, ENV_NAME, LOB, REPO
+
+if TYPE_CHECKING:
+    from tests.engine.lmcache_replicas import Replicas
 
 PREFIX_TOKENS = 600
 SUFFIX_TOKENS = 24
@@ -147,11 +151,18 @@ def sequential(
 
 
 def run_strategy(
-    strategy: str, args: list[str], python: str, site: Path, workdir: Path, engines: dict[str, Engine], served: str
+    strategy: str,
+    args: list[str],
+    python: str,
+    site: Path,
+    workdir: Path,
+    engines: dict[str, Engine],
+    served: str,
+    seed: str,
 ) -> StrategyRun:
     policy = args[args.index("--policy") + 1]
     run = StrategyRun(strategy, policy, args)
-    rng = random.Random(f"kvtier-router:{strategy}")  # fresh tokens per strategy: no inherited cache
+    rng = random.Random(f"{seed}:{strategy}")  # fresh tokens per phase and strategy: no inherited cache
     started = time.monotonic()
     with running(Router(python, site, args, workdir / f"router-{strategy}.log")) as router:
         run.router_ready_s = router.ready_s or 0.0
@@ -231,40 +242,24 @@ def rendered_router_args(strategy: str, break_what: str | None) -> list[str]:
 
 
 def routing_scenario(
-    python: str, site: Path, workdir: Path, break_what: str | None, strategies: tuple[str, ...] = tuple(ROUTER_POLICY)
+    group: Replicas,
+    site: Path,
+    workdir: Path,
+    break_what: str | None,
+    strategies: tuple[str, ...] = tuple(ROUTER_POLICY),
 ) -> RoutingObserved:
     total = time.monotonic()
     observed = RoutingObserved()
-    config = load_checked(REPO / "config", ENV_NAME)
-    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
-    model_dir = workdir / "model"
-    observed.timings_s["model_build"] = build_model(python, model_dir)
-    l2_root = workdir / "l2"
-    l2_root.mkdir(exist_ok=True)
-    rendered = render.standalone(config, LOB, endpoint)
-    rendered = render.Rendered(rendered.name, (*rendered.args, *ENGINE_EXTRA_ARGS), rendered.env, rendered.files)
-
-    def launch(key: str) -> tuple[str, render.Launch]:
-        return key, render.localize(
-            rendered,
-            l2_root=l2_root,
-            private_root=workdir / f"root-{key}",
-            model_dir=model_dir,
-            port=free_port(),
-            adapter_dir=ADAPTER_DIR,
-        )
-
-    with Engines(python, workdir, endpoint.model.id, STARTUP_TIMEOUT_S) as group:
-        started = time.monotonic()
-        a, b = group.start([launch("A"), launch("B")])
-        observed.timings_s["engines_start"] = time.monotonic() - started
-        block = a.launch.args[a.launch.args.index("--block-size") + 1] if "--block-size" in a.launch.args else "16"
-        observed.block_tokens = int(block)
-        observed.chunk_tokens = endpoint.cache.chunk_size
-        engines = {"A": a, "B": b}
-        observed.engine_urls = {key: engine.url for key, engine in engines.items()}
-        for strategy in strategies:
-            args = localize(rendered_router_args(strategy, break_what), [a.url, b.url], free_port(), free_port())
-            observed.runs[strategy] = run_strategy(strategy, args, python, site, workdir, engines, endpoint.model.id)
+    seed = group.phase("real-router")
+    a, b = group.engines["A"], group.engines["B"]
+    block = a.launch.args[a.launch.args.index("--block-size") + 1] if "--block-size" in a.launch.args else "16"
+    observed.block_tokens = int(block)
+    observed.chunk_tokens = group.endpoint.cache.chunk_size
+    engines = {"A": a, "B": b}
+    observed.engine_urls = {key: engine.url for key, engine in engines.items()}
+    served = group.endpoint.model.id
+    for strategy in strategies:
+        args = localize(rendered_router_args(strategy, break_what), [a.url, b.url], free_port(), free_port())
+        observed.runs[strategy] = run_strategy(strategy, args, group.python, site, workdir, engines, served, seed)
     observed.timings_s["scenario"] = time.monotonic() - total
     return observed

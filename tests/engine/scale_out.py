@@ -7,21 +7,27 @@ Phase 1 (three engines): A and B are two replicas of the example's standalone en
 PREFIX_TOKENS, each sent by new sessions until both A and B served it, so one stores its chunks in the shared L2 and
 the other reads them. C-cold then answers one new request per prefix, the first it ever sees (the cold baseline),
 and stops. Phase 2: C-warm starts with the same rendering and the shared L2 (the scale-out); while it loads,
-sessions stream through the router and B's process group gets SIGTERM (what Kubernetes sends a pod it scales in),
-every request measured by `kvtier bench`'s own client (kvtier/bench/client.py), failures included. Last, C-warm
-answers the requests C-cold answered, in the same order.
+sessions stream through the router and B's pod is deleted as Kubernetes deletes a pod it scales in
+(pod_deletion.py: the router's discovery removes it, the rendered preStop hook drains it, then SIGTERM), every
+request measured by `kvtier bench`'s own client (kvtier/bench/client.py), failures included, with a CPU hog keeping
+both cores busy for the whole phase (cpu_load.py; issue 38: the guarantee must hold on a loaded machine). Last,
+C-warm answers the requests C-cold answered, in the same order.
 
 `KVTIER_SCALE_OUT_BREAK` (hash-seed, l2-url or chunk-size, scenario.BREAKS) renders only the new replica C-warm
 with that wrong value, to show that the checks notice a new replica whose L2 settings differ from the others'.
+`KVTIER_DRAIN_BREAK=1` renders the engines without their preStop drain (kvtier/k8s/drain.py): the scale-in checks
+must then fail.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,11 +38,14 @@ from kvtier.bench.client import send
 from kvtier.bench.http import new_client
 from kvtier.bench.records import Request, RequestRecord
 from kvtier.bench.testserver import free_port
+from kvtier.k8s.drain import drain_broken
 from kvtier.k8s.router import router_args
 from kvtier.rules import load_checked
 from kvtier.serving import SESSION_HEADER
 from tests.engine import render
-from tests.engine.engines import Engine, Engines, stop_group
+from tests.engine.cpu_load import Load, cpu_hog
+from tests.engine.engines import Engine, Engines
+from tests.engine.pod_deletion import Deleted, Termination, delete_pod, rendered_termination
 from tests.engine.routers import Router, localize, running
 from tests.engine.routing_scenario import sequential
 from tests.engine.scenario import (
@@ -56,12 +65,13 @@ from tests.engine.scenario import (
 
 PREFIXES, PREFIX_TOKENS, SUFFIX_TOKENS = 3, 2048, 32
 SESSIONS_PER_ENGINE, SESSION_CANDIDATES = 2, 16  # scale-in sessions on each of A and B, among so many names
-STREAM_TOKENS = 48  # tokens per streamed answer (ignore_eos): a stream lasts long enough to be cut
+STREAM_TOKENS = 160  # tokens per streamed answer (ignore_eos): B is always mid-stream when its pod is deleted
 STREAM_PROMPT_TOKENS = 64
-STOP_AFTER_S = 4.0  # traffic before B's SIGTERM
-STOP_GRACE_S = 5.0  # SIGTERM -> SIGKILL (Kubernetes: the pod's terminationGracePeriodSeconds; shorter here)
+STOP_AFTER_S = 4.0  # traffic before B's pod is deleted
 AFTER_STOP_S = 6.0  # traffic after B's process group is gone
 REQUEST_TIMEOUT_S = 120.0
+# The CPU hog runs through the whole scale-in phase and ends by itself after this (the phase takes well under it).
+HOG_MAX_S = 900.0
 
 
 @dataclass
@@ -77,8 +87,12 @@ class ScaleObserved:
     stored_chunk_files: int = 0  # chunk files in the shared L2 after the workload
     workload_engines: dict[str, str] = field(default_factory=dict)  # "prefix<i>-user<j>" -> the engine that served it
     sessions: dict[str, str] = field(default_factory=dict)  # scale-in session -> its engine before the stop
-    stop_ms: tuple[float, float] = (0.0, 0.0)  # B's SIGTERM sent, B's process group gone (traffic clock)
-    stop_grace_s: float = STOP_GRACE_S
+    stop_ms: tuple[float, float] = (0.0, 0.0)  # B's pod deleted, B's process group gone (traffic clock)
+    drain_break: bool = False  # KVTIER_DRAIN_BREAK: the engines were rendered without their preStop drain
+    termination: dict[str, Any] = field(default_factory=dict)  # the rendered hook (present or not) and grace period
+    deletion: dict[str, Any] = field(default_factory=dict)  # pod_deletion.Deleted
+    load: dict[str, Any] = field(default_factory=dict)  # cpu_load.Load, with its window on the traffic clock
+    stream_tokens: int = STREAM_TOKENS
     records: list[dict[str, Any]] = field(default_factory=list)  # scale-in requests, as kvtier bench records them
     router_args: list[str] = field(default_factory=list)
     router_counters: dict[str, float] = field(default_factory=dict)  # retry and error counters after the scale-in
@@ -144,30 +158,35 @@ def router_counters(router: Router) -> dict[str, float]:
 
 
 async def scale_in_traffic(
-    router: Router, victim: Engine, served: str, sessions: dict[str, list[int]]
-) -> tuple[list[RequestRecord], tuple[float, float]]:
-    """Each session streams request after request through the router; after STOP_AFTER_S the victim's process
-    group gets SIGTERM, SIGKILL after STOP_GRACE_S; sending goes on for AFTER_STOP_S once the group is gone."""
+    router: Router,
+    victim: Engine,
+    served: str,
+    sessions: dict[str, list[int]],
+    delete: Callable[[Callable[[], float]], Deleted],
+) -> tuple[list[RequestRecord], Deleted, float]:
+    """Each session streams request after request through the router; after STOP_AFTER_S the victim's pod is deleted
+    (`delete`, given the traffic clock, returns when its process group is gone); sending goes on for AFTER_STOP_S
+    after that. Returns the records, the deletion, and the traffic clock's origin (time.perf_counter())."""
     origin = time.perf_counter()
-    stop_ms: list[float] = []
+    done: list[Deleted] = []
 
     def clock_ms() -> float:
         return (time.perf_counter() - origin) * 1000
 
     async def stop_victim() -> None:
         await asyncio.sleep(STOP_AFTER_S)
-        stop_ms.append(clock_ms())
-        assert victim.proc is not None
+        deleted = Deleted(deleted_ms=clock_ms())
         try:
-            await asyncio.to_thread(stop_group, victim.proc, STOP_GRACE_S, 0.2)
+            deleted = await asyncio.to_thread(delete, clock_ms)
         finally:  # the sessions end AFTER_STOP_S after this even if stopping failed (`await stopper` raises it)
-            stop_ms.append(clock_ms())
+            deleted.gone_ms = deleted.gone_ms or clock_ms()
+            done.append(deleted)
 
     async def session(client: aiohttp.ClientSession, key: str, prompt: list[int]) -> list[RequestRecord]:
         out: list[RequestRecord] = []
         index = 0
         rng = random.Random(f"kvtier-scale-in:{key}")
-        while len(stop_ms) < 2 or clock_ms() < stop_ms[1] + AFTER_STOP_S * 1000:
+        while not done or clock_ms() < done[0].gone_ms + AFTER_STOP_S * 1000:
             turn = prompt + tokens(rng, 4)  # a new question in the session
             request = Request(
                 "scale-in", router.url, "completions", stream_body(served, turn), index,
@@ -181,7 +200,7 @@ async def scale_in_traffic(
         stopper = asyncio.create_task(stop_victim())
         per_session = await asyncio.gather(*(session(client, k, p) for k, p in sessions.items()))
         await stopper
-    return [r for records in per_session for r in records], (stop_ms[0], stop_ms[1])
+    return [r for records in per_session for r in records], done[0], origin
 
 
 def shared_prefix_workload(
@@ -219,12 +238,48 @@ def scale_in_sessions(
     return chosen
 
 
+def load_json(load: Load, origin: float) -> dict[str, Any]:
+    """The hog's numbers, and its window on the traffic clock (ms; the hog started before the traffic)."""
+    start_ms = (load.started - origin) * 1000
+    return {
+        "processes": load.processes, "alive_at_stop": load.alive_at_stop, "cpu_s": load.cpu_s,
+        "wall_s": load.wall_s, "cores_busy": load.cores_busy, "loadavg_1m_at_stop": load.loadavg_1m_at_stop,
+        "machine_busy": load.machine_busy,
+        "window_ms": (start_ms, start_ms + load.wall_s * 1000),
+    }  # fmt: skip
+
+
 def record_json(record: RequestRecord, engine: str) -> dict[str, Any]:
     return {
         "session": record.tags.get("session"), "engine": engine, "start_ms": record.start_ms,
         "end_ms": record.start_ms + (record.e2e_ms or 0.0), "ok": record.ok, "status": record.status,
         "error_kind": record.error_kind, "error": record.error, "completion_tokens": record.completion_tokens,
     }  # fmt: skip
+
+
+def scale_in_phase(
+    python: str,
+    workdir: Path,
+    router: Router,
+    victim: Engine,
+    termination: Termination,
+    served: str,
+    sessions: dict[str, list[int]],
+    observed: ScaleObserved,
+) -> list[RequestRecord]:
+    """The victim's pod deleted under streaming traffic, with the CPU hog on every core for the whole phase."""
+    observed.drain_break = drain_broken()
+    observed.termination = {"pre_stop": termination.pre_stop is not None, "grace_s": termination.grace_s}
+
+    def delete(clock_ms: Callable[[], float]) -> Deleted:
+        return delete_pod(victim, router.url, termination, python, workdir / "B-prestop.log", clock_ms)
+
+    with cpu_hog(HOG_MAX_S) as load:
+        records, deleted, origin = asyncio.run(scale_in_traffic(router, victim, served, sessions, delete))
+    observed.stop_ms = (deleted.deleted_ms, deleted.gone_ms)
+    observed.deletion = dataclasses.asdict(deleted)
+    observed.load = load_json(load, origin)
+    return records
 
 
 def scale_scenario(python: str, site: Path, workdir: Path, break_what: str | None) -> ScaleObserved:
@@ -279,7 +334,8 @@ def scale_scenario(python: str, site: Path, workdir: Path, break_what: str | Non
             (warm,) = group.launch([launch("C-warm", new_replica, l2_root)])
             started = time.monotonic()
             stream_prompts = scale_in_sessions(router, engines, served, rng, observed)
-            records, observed.stop_ms = asyncio.run(scale_in_traffic(router, b, served, stream_prompts))
+            termination = rendered_termination(config, LOB, endpoint)
+            records = scale_in_phase(python, workdir, router, b, termination, served, stream_prompts, observed)
             observed.timings_s["scale_in"] = time.monotonic() - started
             observed.records = [record_json(r, observed.sessions[str(r.tags["session"])]) for r in records]
             observed.router_counters = router_counters(router)

@@ -1,14 +1,16 @@
 """The real-engine scenario: what runs, in which order, and what is observed; the assertions live in checks.py.
 
-Phase 1 (three engines): A and B are two replicas of the example's standalone endpoint, C is A's rendering started
-with another PYTHONHASHSEED. A gets a ~1,000-token prompt (cold, it stores to L2), then B and C get the same tokens.
-`kvtier bench sweep` then runs A -> B, and `kvtier verify --probe`'s probe runs over A and B (a hit) and over A and C
-(a miss it must explain). Phase 2 (A and two new engines): E is an operator pod of the same endpoint
-as the LOB's Kyverno Policy rewires it, D the endpoint with a differing model identity; both get the same prompt.
-Last, the janitor's one-shot mode runs over the real L2 directory.
+It runs as a phase on the session's shared engines (lmcache_replicas.py): A and B, two replicas of the example's
+standalone endpoint, and C, A's rendering started with another PYTHONHASHSEED. A gets a ~1,000-token prompt of this
+phase's own (cold, it stores to L2), then B and C get the same tokens. `kvtier bench sweep` then runs A -> B, and
+`kvtier verify --probe`'s probe runs over A and B (a hit) and over A and C (a miss it must explain). Then two engines
+of this phase's own start next to them, one at a time: E, an operator pod of the same endpoint as the LOB's Kyverno
+Policy rewires it, and D, the endpoint with a differing model identity; each gets the same prompt, then stops. Last,
+the janitor's one-shot mode runs over the real L2 directory.
 
 `KVTIER_ENGINE_BREAK` (hash-seed, l2-url or chunk-size) makes kvtier render a deliberately wrong value before the
-settings are taken, to show that the checks notice (docs/development.md); it is never set in CI.
+settings are taken (for the shared engines too: lmcache_replicas.py reads it), to show that the checks notice
+(docs/development.md); it is never set in CI.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -25,18 +28,19 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvtier import serving
 from kvtier.bench.prompts import VOCAB
-from kvtier.bench.testserver import free_port
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.connectors import lmcache
 from kvtier.ops.probe import Pod, ProbeTiming, probe_all
-from kvtier.rules import load_checked
 from tests.engine import render
-from tests.engine.engines import Engine, EngineError, Engines
+from tests.engine.engines import Engine, EngineError
+
+if TYPE_CHECKING:
+    from tests.engine.lmcache_replicas import Replicas
 
 REPO = Path(__file__).resolve().parents[2]
 ADAPTER_DIR = Path(__file__).resolve().parent / "adapter"
@@ -97,20 +101,34 @@ def corpus(seed: int) -> list[str]:
     return [" ".join([*(rng.choice(VOCAB) for _ in range(40)), *(filler() for _ in range(10))]) for _ in range(3000)]
 
 
-def prompt_ids(seed: int, count: int = PROMPT_TOKENS) -> list[int]:
+def prompt_ids(seed: int | str, count: int = PROMPT_TOKENS) -> list[int]:
+    """`count` token ids drawn from `seed`: the same seed, the same ids (a shorter count is a prefix of a longer)."""
     rng = random.Random(f"kvtier-engine-prompt:{seed}")
     return [rng.randrange(3, 2048) for _ in range(count)]  # 0-2 are the special tokens
 
 
+_BUILT: dict[tuple[int, str], Path] = {}  # (seed, kind) -> the first folder this process built the tiny model into
+
+
+def _has_model(folder: Path) -> bool:
+    return (folder / "config.json").exists() and (folder / "model.safetensors").exists()
+
+
 def build_model(python: str, out: Path, kind: str = "dense") -> float:
-    """Build the tiny model (tiny_model.py's `kind`) into `out`; a model already there (a reused
-    KVTIER_ENGINE_WORKDIR) is kept, since the build is deterministic from MODEL_SEED."""
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+    """Build the tiny model (tiny_model.py's `kind`) into `out`, once per test session and kind: the build is
+    deterministic from MODEL_SEED, so a later call copies the first build's folder (a few MB) instead of training the
+    tokenizer and writing the weights again; a model already in `out` (a reused KVTIER_ENGINE_WORKDIR) is kept."""
+    if _has_model(out):
         return 0.0
     started = time.monotonic()
+    first = _BUILT.get((MODEL_SEED, kind))
+    if first is not None and _has_model(first):
+        shutil.copytree(first, out, dirs_exist_ok=True)
+        return time.monotonic() - started
     corpus_file = out.parent / "corpus.txt"
     corpus_file.write_text("\n".join(corpus(MODEL_SEED)), encoding="utf-8")
     run_builder(python, "tiny_model.py", [str(out), str(MODEL_SEED), str(corpus_file), kind], f"the tiny {kind} model")
+    _BUILT[(MODEL_SEED, kind)] = out
     return time.monotonic() - started
 
 
@@ -316,64 +334,43 @@ def janitor_pass(config: Config, l2_root: Path, observed: Observed) -> None:
     observed.janitor.append(second)
 
 
-def scenario(python: str, workdir: Path, break_what: str | None, *, replicas_only: bool = False) -> Observed:
-    """The whole scenario, or with `replicas_only` just A and B (the quick self-check of a wrong setting)."""
+def scenario(group: Replicas, *, replicas_only: bool = False) -> Observed:
+    """The whole scenario on the shared engines, or with `replicas_only` just A and B (the quick self-check of a wrong
+    setting)."""
     total = time.monotonic()
-    config = load_checked(REPO / "config", ENV_NAME)
-    endpoint = render.endpoint_of(config, LOB, ENDPOINT)
-    chunk = endpoint.cache.chunk_size
+    chunk = group.endpoint.cache.chunk_size
     observed = Observed(chunk_size=chunk, full_chunk_tokens=PROMPT_TOKENS // chunk * chunk)
-    model_dir = workdir / "model"
-    observed.timings_s["model_build"] = build_model(python, model_dir)
-    l2_root = workdir / "l2"  # stands in for the LOB's Curvine volume, mounted at serving.L2_MOUNT_PATH
-    l2_root.mkdir(exist_ok=False)
-    rendered = renderings(config, break_what)
-    prompt = prompt_ids(MODEL_SEED)
-    served = endpoint.model.id
-
-    def launch(key: str, what: render.Rendered, **env: str) -> tuple[str, render.Launch]:
-        observed.urls[key] = what.l2_url
-        return key, render.localize(
-            what,
-            l2_root=l2_root,
-            private_root=workdir / f"root-{key}",
-            model_dir=model_dir,
-            port=free_port(),
-            adapter_dir=ADAPTER_DIR,
-            env_overrides=env,
-        )
-
-    other_seed = str(int(serving.HASH_SEED) + 1) if serving.HASH_SEED.isdigit() else "1"
-    with Engines(python, workdir, served, STARTUP_TIMEOUT_S) as group:
-        started = time.monotonic()
-        first = [launch("A", rendered.replica), launch("B", rendered.replica)]
-        if not replicas_only:
-            first.append(launch("C", rendered.replica, PYTHONHASHSEED=other_seed))
-        a, b, *rest = group.start(first)
-        observed.timings_s["phase1_start"] = time.monotonic() - started
-        observed.readings["A"] = ask(a, prompt, l2_root, wait_store=True)
-        observed.readings["B"] = ask(b, prompt, l2_root, wait_store=False)
-        if replicas_only:
-            observed.timings_s["scenario"] = time.monotonic() - total
-            return observed
-        (c,) = rest
-        observed.readings["C"] = ask(c, prompt, l2_root, wait_store=True)
-        started = time.monotonic()
-        observed.bench = run_bench(a, b, workdir / "bench")
-        observed.timings_s["bench"] = time.monotonic() - started
-        started = time.monotonic()
-        observed.probe = {"replicas": run_probe({"A": a, "B": b}), "other_seed": run_probe({"A": a, "C": c})}
-        observed.timings_s["probe"] = time.monotonic() - started
-        group.stop(b)
-        group.stop(c)
-        started = time.monotonic()
-        e, d = group.start([launch("E", rendered.operator), launch("D", rendered.identity)])
-        observed.timings_s["phase2_start"] = time.monotonic() - started
-        observed.urls["identity_how"] = rendered.identity_how
-        observed.readings["E"] = ask(e, prompt, l2_root, wait_store=False)
-        observed.readings["D"] = ask(d, prompt, l2_root, wait_store=True)
-        ready = zip("ABCED", [a, b, c, e, d], strict=True)
-        observed.timings_s.update({f"ready_{k}": v.ready_s or 0.0 for k, v in ready})
-    janitor_pass(config, l2_root, observed)
+    observed.timings_s |= {"model_build": group.timings_s["model_build"], "phase1_start": group.timings_s["start"]}
+    prompt = prompt_ids(f"{group.phase('real-engines')}:0")
+    l2_root, rendered = group.l2_root, group.renderings
+    a, b, c = (group.engines[k] for k in "ABC")
+    observed.urls = dict.fromkeys("ABC", group.replica.l2_url)
+    observed.readings["A"] = ask(a, prompt, l2_root, wait_store=True)
+    observed.readings["B"] = ask(b, prompt, l2_root, wait_store=False)
+    if replicas_only:
+        observed.timings_s["scenario"] = time.monotonic() - total
+        return observed
+    observed.readings["C"] = ask(c, prompt, l2_root, wait_store=True)
+    started = time.monotonic()
+    observed.bench = run_bench(a, b, group.workdir / "bench")
+    observed.timings_s["bench"] = time.monotonic() - started
+    started = time.monotonic()
+    observed.probe = {"replicas": run_probe({"A": a, "B": b}), "other_seed": run_probe({"A": a, "C": c})}
+    observed.timings_s["probe"] = time.monotonic() - started
+    observed.urls |= {
+        "E": rendered.operator.l2_url,
+        "D": rendered.identity.l2_url,
+        "identity_how": rendered.identity_how,
+    }
+    own: dict[str, Engine] = {}
+    # One at a time beside A, B and C (about 4 GB each: four engines at most), each stopped once it answered.
+    for key, what, wait_store in (("E", rendered.operator, False), ("D", rendered.identity, True)):
+        (own[key],) = group.start([group.launch(key, what)])
+        observed.readings[key] = ask(own[key], prompt, l2_root, wait_store=wait_store)
+        own[key].stop()
+    observed.timings_s["phase2_start"] = sum(e.ready_s or 0.0 for e in own.values())
+    ready = zip("ABCED", [a, b, c, own["E"], own["D"]], strict=True)
+    observed.timings_s.update({f"ready_{k}": v.ready_s or 0.0 for k, v in ready})
+    janitor_pass(group.config, l2_root, observed)
     observed.timings_s["scenario"] = time.monotonic() - total
     return observed

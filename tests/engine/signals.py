@@ -1,19 +1,21 @@
 """kvtier's alerts and dashboards against a real Prometheus that scrapes real vLLM-CPU + LMCache engines (issue 23).
 
-Three engines with the settings kvtier renders for the example's standalone endpoint `prod/support/llama31-8b`
-(render.py): A and B, two replicas sharing one L2 directory, and C, A's rendering with another PYTHONHASHSEED. Also
-the L2 janitor's exporter (kvtier's own script) over the same directory. Each phase starts a fresh Prometheus
-(Debian's `prometheus`, 127.0.0.1) that scrapes them with the labels kvtier's PodMonitors add and loads kvtier's
-generated rule files, and a watcher that records every alert ever pending or firing:
+The session's shared engines (lmcache_replicas.py), with the settings kvtier renders for the example's standalone
+endpoint `prod/support/llama31-8b` (render.py): A and B, two replicas sharing one L2 directory, and C, A's rendering
+with another PYTHONHASHSEED. Also the L2 janitor's exporter (kvtier's own script) over the same directory. Each phase
+starts a fresh Prometheus (Debian's `prometheus`, 127.0.0.1) that scrapes them with the labels kvtier's PodMonitors
+add and loads kvtier's generated rule files, and a watcher that records every alert ever pending or firing; every
+prompt is drawn from this scenario's own seed:
 
 - healthy: A and B as `llama31-8b` (each new ~1,200-token prompt to A, then to B, which reads it from L2) and C as
   `solo`, a one-replica endpoint whose one prompt stays hot in its GPU prefix cache: no alert may ever be pending or
   firing, every tier record and every dashboard panel and variable must have data;
 - hash seed: A and C as `llama31-8b` (each new prompt to A, then to C, which cannot read A's chunks): exactly
   `KvtierL2SilentMiss` fires;
-- dead mount: the L2 is a fault-injecting FUSE mount (tests/k8s/curvine/faultfs.py) whose daemon is killed (the
-  mount answers ENOTCONN, as a dead Curvine FUSE pod's bind mount does), A and B as
-  `llama31-8b` get new prompts: exactly `KvtierL2WritesFailing` fires, and nothing else pages.
+- dead mount: a fault-injecting FUSE mount (tests/k8s/curvine/faultfs.py) goes over the L2 directory and its daemon
+  is killed (the mount answers ENOTCONN, as a dead Curvine FUSE pod's bind mount does), A and B as `llama31-8b` get
+  new prompts: exactly `KvtierL2WritesFailing` fires, and nothing else pages. The mount is lifted afterwards, and the
+  engines, which saw their L2 die, are marked spoiled: a phase after this one gets new ones.
 
 Test-only differences from the shipped rules, all through parameters (nothing in the shipped files changes):
 every alert's `for:` is `SIGNALS_FOR` (rules.with_for); the TTFT SLO is 10 minutes (CPU TTFT on a shared machine
@@ -32,13 +34,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import yaml
 
 from kvtier.bench.testserver import free_port, stop_process, wait_until_answering
-from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.config.lob import LineOfBusiness
 from kvtier.k8s.observability import dashboards as boards
@@ -46,20 +47,12 @@ from kvtier.k8s.observability import rules
 from kvtier.rules import load_checked
 from scripts.observability_demo import DemoRun, plot, prometheus
 from tests.engine import render
-from tests.engine.engines import Engine, EngineError, Engines
-from tests.engine.scenario import (
-    ADAPTER_DIR,
-    ENDPOINT,
-    ENV_NAME,
-    JANITOR,
-    LOB,
-    MODEL_SEED,
-    REPO,
-    STARTUP_TIMEOUT_S,
-    build_model,
-    prompt_ids,
-)
-from tests.k8s.curvine.faultfs import FaultFS, mount
+from tests.engine.engines import Engine, EngineError
+from tests.engine.scenario import ENDPOINT, ENV_NAME, JANITOR, LOB, REPO, prompt_ids
+from tests.k8s.curvine.faultfs import mount
+
+if TYPE_CHECKING:
+    from tests.engine.lmcache_replicas import Replicas
 
 SOLO = "solo"  # the one-replica endpoint of the healthy run
 SIGNALS_FOR = "20s"  # every alert's `for:` in these runs (the shipped values are minutes)
@@ -248,12 +241,12 @@ def data_files(root: Path) -> int:
     return sum(1 for _ in root.rglob("*.data")) if root.exists() else 0
 
 
-def rounds(groups: list[tuple[Engine, ...]], seed: int, count: int, stored: tuple[Path, int] | None = None) -> None:
+def rounds(groups: list[tuple[Engine, ...]], seed: str, count: int, stored: tuple[Path, int] | None = None) -> None:
     """`count` rounds: one new prompt per round, sent to each engine of each group in order (max_tokens 1). With
     `stored` (L2 root, chunk files per prompt), the next engine of a group is asked only once the first one's chunks
     are in L2 (LMCache stores after the forward pass), at most STORE_WAIT_S."""
     for i in range(count):
-        prompt = prompt_ids(seed + i, PROMPT_TOKENS)
+        prompt = prompt_ids(f"{seed}:{i}", PROMPT_TOKENS)
         for group in groups:
             first, *rest = group
             before = data_files(stored[0]) if stored else 0
@@ -267,9 +260,9 @@ def rounds(groups: list[tuple[Engine, ...]], seed: int, count: int, stored: tupl
                 engine.complete(prompt)
 
 
-def hot(engine: Engine, count: int) -> None:
+def hot(engine: Engine, seed: str, count: int) -> None:
     """The same prompt `count` times: after the first, it is served from the engine's GPU prefix cache."""
-    prompt = prompt_ids(MODEL_SEED + 999, PROMPT_TOKENS)
+    prompt = prompt_ids(f"{seed}:hot", PROMPT_TOKENS)
     for _ in range(count):
         engine.complete(prompt)
 
@@ -329,13 +322,10 @@ class Run:
     config: Config
     lob: LineOfBusiness
     base: Config
-    l2: FaultFS  # the engines' shared L2: a FUSE mount that can die like a Curvine FUSE pod
+    l2_root: Path
     kv_bytes: int
     full_chunks: int
-
-    @property
-    def l2_root(self) -> Path:
-        return self.l2.path
+    seed: str  # this scenario's prompts are drawn from it (lmcache_replicas.Replicas.phase)
 
     def prometheus(
         self, phase: Phase, targets: list[tuple[str, dict[str, str]]]
@@ -354,11 +344,11 @@ def healthy_phase(r: Run, a: Engine, b: Engine, c: Engine, phase: Phase, figure:
         ]
         with r.prometheus(phase, targets) as (url, _watch):
             start = time.time()
-            hot(c, 1)  # its first time, then only GPU-cache hits; wait out its L2 writes before counting A's
+            hot(c, r.seed, 1)  # its first time, then only GPU-cache hits; wait out its L2 writes before counting A's
             time.sleep(5)
             for i in range(4):
-                rounds([(a, b)], MODEL_SEED + 100 * i, 1, stored=(r.l2_root, r.full_chunks))
-                hot(c, 1)
+                rounds([(a, b)], f"{r.seed}:healthy-{i}", 1, stored=(r.l2_root, r.full_chunks))
+                hot(c, r.seed, 1)
             time.sleep(SETTLE_S + 2 * SCRAPE_S)
             inspect_healthy(url, phase)
             if figure is not None:
@@ -367,72 +357,55 @@ def healthy_phase(r: Run, a: Engine, b: Engine, c: Engine, phase: Phase, figure:
 
 def seed_phase(r: Run, a: Engine, c: Engine, phase: Phase) -> None:
     with r.prometheus(phase, [(a.url, engine_labels(ENDPOINT)), (c.url, engine_labels(ENDPOINT))]) as (_, watch):
-        rounds([(a, c)], MODEL_SEED + 1000, rules.SILENT_MISS_MIN_LOOKUPS // 2 + 1)
+        rounds([(a, c)], f"{r.seed}:hash-seed", rules.SILENT_MISS_MIN_LOOKUPS // 2 + 1)
         watch.wait_firing("KvtierL2SilentMiss", FIRE_TIMEOUT_S)
         time.sleep(3 * SCRAPE_S)
 
 
 def dead_mount_phase(r: Run, a: Engine, b: Engine, phase: Phase) -> None:
-    r.l2.kill_daemon()  # the FUSE process dies: the mount stays and answers ENOTCONN, as a dead Curvine FUSE pod's
-    with r.prometheus(phase, [(a.url, engine_labels(ENDPOINT)), (b.url, engine_labels(ENDPOINT))]) as (_, watch):
-        rounds([(a, b)], MODEL_SEED + 2000, 3)
-        watch.wait_firing("KvtierL2WritesFailing", FIRE_TIMEOUT_S)
-        time.sleep(SETTLE_S)  # anything else that would go pending has had its chance
+    # The FUSE mount goes over the L2 directory, and its process dies: the mount stays and answers ENOTCONN, as a dead
+    # Curvine FUSE pod's does. Leaving the block lifts it (lazily), and the directory underneath is back.
+    with mount(r.workdir / "dead-mount", mountpoint=r.l2_root) as l2:
+        l2.kill_daemon()
+        with r.prometheus(phase, [(a.url, engine_labels(ENDPOINT)), (b.url, engine_labels(ENDPOINT))]) as (_, watch):
+            rounds([(a, b)], f"{r.seed}:dead-mount", 3)
+            watch.wait_firing("KvtierL2WritesFailing", FIRE_TIMEOUT_S)
+            time.sleep(SETTLE_S)  # anything else that would go pending has had its chance
 
 
-def run(python: str, workdir: Path, figure: Path | None = None) -> SignalsObserved:
-    """The three phases; with `figure`, the healthy phase's endpoint panels are drawn there (docs/img)."""
+def run(group: Replicas, workdir: Path, figure: Path | None = None) -> SignalsObserved:
+    """The three phases on the shared engines; with `figure`, the healthy phase's endpoint panels are drawn there
+    (docs/img). The last phase kills the engines' L2 mount, so it marks them spoiled."""
     observed = SignalsObserved()
     total = time.monotonic()
     config, lob = signals_config()
-    base = load_checked(REPO / "config", ENV_NAME)
-    endpoint = render.endpoint_of(base, LOB, ENDPOINT)
-    observed.timings_s["model_build"] = build_model(python, workdir / "model")
-    with mount(workdir / "l2") as l2:
-        r = Run(
-            workdir,
-            config,
-            lob,
-            base,
-            l2,
-            tiny_kv_bytes_per_token(workdir / "model"),
-            PROMPT_TOKENS // endpoint.cache.chunk_size,
-        )
-        run_phases(python, r, endpoint, figure, observed)
-    observed.timings_s["total"] = time.monotonic() - total
-    return observed
-
-
-def run_phases(python: str, r: Run, endpoint: Endpoint, figure: Path | None, observed: SignalsObserved) -> None:
-    workdir, base = r.workdir, r.base
-    replica = render.standalone(base, LOB, endpoint)
-    other_seed = "1" if replica.env.get("PYTHONHASHSEED") != "1" else "2"
-
-    def launch(key: str, **env: str) -> tuple[str, render.Launch]:
-        return key, render.localize(
-            replica,
-            l2_root=r.l2_root,
-            private_root=workdir / f"root-{key}",
-            model_dir=workdir / "model",
-            port=free_port(),
-            adapter_dir=ADAPTER_DIR,
-            env_overrides=env,
-        )
-
-    with Engines(python, workdir, endpoint.model.id, STARTUP_TIMEOUT_S) as group:
-        started = time.monotonic()
-        a, b, c = group.start([launch("A"), launch("B"), launch("C", PYTHONHASHSEED=other_seed)])
-        observed.timings_s["engines_start"] = time.monotonic() - started
-        phases: tuple[tuple[str, Callable[[Phase], None]], ...] = (
-            ("healthy", lambda p: healthy_phase(r, a, b, c, p, figure)),
-            ("hash-seed", lambda p: seed_phase(r, a, c, p)),
-            ("dead-mount", lambda p: dead_mount_phase(r, a, b, p)),
-        )
+    r = Run(
+        workdir,
+        config,
+        lob,
+        group.config,
+        group.l2_root,
+        tiny_kv_bytes_per_token(group.model_dir),
+        PROMPT_TOKENS // group.endpoint.cache.chunk_size,
+        group.phase("signals"),
+    )
+    a, b, c = (group.engines[k] for k in "ABC")
+    phases: tuple[tuple[str, Callable[[Phase], None]], ...] = (
+        ("healthy", lambda p: healthy_phase(r, a, b, c, p, figure)),
+        ("hash-seed", lambda p: seed_phase(r, a, c, p)),
+        ("dead-mount", lambda p: dead_mount_phase(r, a, b, p)),
+    )
+    try:
         for name, body in phases:
             phase = observed.phases.setdefault(name, Phase(name))
             started = time.monotonic()
             body(phase)
             phase.seconds = time.monotonic() - started
+    finally:
+        if "dead-mount" in observed.phases:
+            group.spoil("signals killed the FUSE mount over their L2 directory")
+    observed.timings_s["total"] = time.monotonic() - total
+    return observed
 
 
 # The checks, as plain functions of what was observed (tests/engine/test_signals_checks.py feeds them wrong data).

@@ -1,32 +1,28 @@
 """Client-supplied cache tags cannot fork the L2 (issue 24; tests/engine/client_tags.py).
 
-The `engine` tests start one real vLLM-CPU + LMCache engine with kvtier's rendered standalone settings (`make
-test-engine`); the others check the break switch and that each check fails on what an unprotected engine shows.
+The `engine` tests run on a real vLLM-CPU + LMCache engine with kvtier's rendered standalone settings, one of the
+session's shared engines (`make test-engine`; lmcache_replicas.py); the others check the break switch and that each
+check fails on what an unprotected engine shows.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.engine import client_tags
 from tests.engine.client_tags import TagsObserved
+from tests.engine.lmcache_replicas import Replicas
 from tests.engine.scenario import Reading
+from tests.engine.shared_groups import SharedGroup
 
 
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TagsObserved]:
-    python = os.environ.get("KVTIER_ENGINE_PYTHON")
-    if not python or not Path(python).exists():
-        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
-    result = client_tags.client_tags(
-        python, tmp_path_factory.mktemp("tags"), os.environ.get(client_tags.BREAK_ENV) or None
-    )
+def observed(shared_replicas: SharedGroup[Replicas]) -> Iterator[TagsObserved]:
+    result = client_tags.client_tags(shared_replicas.get())
     print(f"\nclient tags: {json.dumps(result.timings_s)}")  # the measured run time, in the log
     yield result
 

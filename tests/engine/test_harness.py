@@ -17,6 +17,7 @@ from kvtier.connectors import l2_subdir, lmcache
 from kvtier.rules import load_checked
 from tests.engine import checks, render
 from tests.engine.engines import EngineError, Engines, group_alive, metric_sum
+from tests.engine.fake_engine import server_folder
 from tests.engine.scenario import BREAKS, ENDPOINT, ENV_NAME, LOB, Observed, Reading, renderings
 from tests.engine.venv import VenvError, local_wheel_dir, pip_find_links, probe, torch_pin, torch_source, venv_key
 from tests.support import CONFIG_DIR
@@ -176,20 +177,8 @@ def test_metric_sum_adds_label_sets() -> None:
     assert metric_sum(text, "vllm:external_prefix_cache_hits_total") == 770.0
 
 
-def _fake_server(tmp_path: Path, body: str) -> Path:
-    """A stand-in for the server module: Engines only runs `python -m vllm.entrypoints.openai.api_server`."""
-    package = tmp_path / "fake" / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    (package / "api_server.py").write_text(body, encoding="utf-8")
-    return tmp_path / "fake"
-
-
-def _fake_launch(tmp_path: Path, path: Path) -> render.Launch:
-    return render.Launch("fake", ("--port", "0"), {"PYTHONPATH": str(path)}, {}, None)
-
-
 def test_an_engine_that_exits_fails_with_its_log(tmp_path: Path) -> None:
-    path = _fake_server(tmp_path, "import sys\nprint('boom: no model here')\nsys.exit(3)\n")
+    path = server_folder(tmp_path / "fake", "import sys\nprint('boom: no model here')\nsys.exit(3)\n")
     launch = render.Launch("fake", ("--port", str(_free())), {"PYTHONPATH": str(path)}, {}, None)
     with Engines(sys.executable, tmp_path, "m", 60) as group, pytest.raises(EngineError, match="exited with code 3"):
         group.start([("x", launch)])
@@ -197,8 +186,8 @@ def test_an_engine_that_exits_fails_with_its_log(tmp_path: Path) -> None:
 
 
 def test_an_engine_that_never_serves_times_out_and_is_stopped(tmp_path: Path) -> None:
-    path = _fake_server(
-        tmp_path,
+    path = server_folder(
+        tmp_path / "fake",
         "import os, subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\ntime.sleep(600)\n",
     )
     launch = render.Launch("fake", ("--port", str(_free())), {"PYTHONPATH": str(path)}, {}, None)

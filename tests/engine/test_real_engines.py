@@ -1,8 +1,9 @@
 """Real vLLM (CPU build) + real LMCache engines with the settings kvtier renders: cross-replica L2 hits and misses.
 
 Collected only by `make test-engine` (marker `engine`): it needs the engine venv, whose python KVTIER_ENGINE_PYTHON
-names. The scenario (scenario.py) runs once per session; each test below checks one property of what it observed
-(checks.py). What this proves and what it does not: docs/development.md, "Real engines on CPU".
+names. The scenario (scenario.py) runs once per session, as a phase on the engines the session shares
+(lmcache_replicas.py); each test below checks one property of what it observed (checks.py). What this proves and
+what it does not: docs/development.md, "Real engines on CPU".
 """
 
 from __future__ import annotations
@@ -15,20 +16,18 @@ from pathlib import Path
 import pytest
 
 from tests.engine import checks
+from tests.engine.lmcache_replicas import Replicas
 from tests.engine.report import write as write_section
 from tests.engine.scenario import Observed, scenario
+from tests.engine.shared_groups import SharedGroup
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observed]:
-    python = os.environ.get("KVTIER_ENGINE_PYTHON")
-    if not python or not Path(python).exists():
-        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
-    workdir = Path(os.environ.get("KVTIER_ENGINE_WORKDIR") or tmp_path_factory.mktemp("engines"))
+def observed(shared_replicas: SharedGroup[Replicas]) -> Iterator[Observed]:
     replicas_only = os.environ.get("KVTIER_ENGINE_SCOPE") == "replicas"
-    result = scenario(python, workdir, os.environ.get("KVTIER_ENGINE_BREAK") or None, replicas_only=replicas_only)
+    result = scenario(shared_replicas.get(), replicas_only=replicas_only)
     report = os.environ.get("KVTIER_ENGINE_REPORT")
     if report:
         Path(report).write_text(json.dumps(checks.as_json(result), indent=2, sort_keys=True), encoding="utf-8")

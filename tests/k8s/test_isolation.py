@@ -35,6 +35,11 @@ def test_quota_follows_the_rule(prod_config: Config) -> None:
     # ml.g6e.4xlarge: 16 vCPU and 128 GiB per GPU; plus 8 CPU / 16 GiB for routers, janitor and benchmarks.
     assert hard["requests.cpu"] == str(retail.gpu_quota * 16 + 8)
     assert hard["requests.memory"] == f"{retail.gpu_quota * 128 + 16}Gi"
+    # A standalone endpoint's routers on top (issue 38): two replicas and one rollout pod, 0.5 CPU and 1 GiB each.
+    support = prod_config.lob("support")
+    hard = quota(prod_config.env, support)
+    assert hard["requests.cpu"] == str(support.gpu_quota * 16 + 8 + 2)
+    assert hard["requests.memory"] == f"{support.gpu_quota * 128 + 16 + 3}Gi"
 
 
 def _fences(config: Config, lob: str) -> tuple[dict[str, Any], dict[str, Any]]:

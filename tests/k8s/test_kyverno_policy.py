@@ -23,7 +23,7 @@ from kvtier.connectors import l2_identity
 from kvtier.k8s.endpoint_names import POLICY_NAME
 from kvtier.k8s.kyverno_policy import AUTOGEN_ANNOTATION, l2_policy
 from kvtier.k8s.operator_endpoint import inference_endpoint_config
-from kvtier.k8s.standalone import engine_deployment
+from kvtier.k8s.standalone import catalog_disk, engine_deployment
 from kvtier.rules import load_checked
 from kvtier.serving import L2_CLAIM, L2_IDENTITY_VAR, L2_MOUNT_PATH
 from tests.support import CONFIG_DIR, shared_path
@@ -330,7 +330,8 @@ def _operator_url(config: Config, policy: dict[str, Any], endpoint: Endpoint) ->
 
 def _standalone_url(config: Config, endpoint: Endpoint) -> str:
     standalone = endpoint.model_copy(update={"mode": "standalone"})
-    container = engine_deployment(config.env, "retail", standalone)["spec"]["template"]["spec"]["containers"][0]
+    disk = catalog_disk(_endpoint(config))  # a changed model id may be one the catalog does not list
+    container = engine_deployment(config.env, "retail", standalone, disk)["spec"]["template"]["spec"]["containers"][0]
     (url,) = _env(container, URL)
     return str(url)
 

@@ -89,7 +89,7 @@ def test_the_chart_has_no_lmcache_config_map_and_validates(prod: Config) -> None
     chart = KvtierChart(chart_app(), "endpoint-llama31-8b", namespace="kvtier-support")
     add_standalone_engine(chart, prod.env, "support", _vllm(prod))
     objects = chart.manifests()
-    assert sorted(o["kind"] for o in objects) == ["Deployment", "Service"]
+    assert sorted(o["kind"] for o in objects) == ["Deployment", "PodDisruptionBudget", "Service"]  # budget: issue 38
     for obj in objects:
         validate_k8s(obj)
 

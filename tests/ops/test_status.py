@@ -13,6 +13,7 @@ import pytest
 from botocore.stub import Stubber
 
 from kvtier.cli import main as cli
+from kvtier.cli import status as status_cli
 from kvtier.config.loader import Config
 from kvtier.errors import UnavailableError
 from kvtier.ops import status
@@ -251,6 +252,8 @@ def test_cli_table_and_json(
     sagemaker, eks, sm_stub, eks_stub = clients
     monkeypatch.setattr(status, "clients", lambda _env, _profile=None: (sagemaker, eks))
     monkeypatch.setattr(status, "cloudformation_client", lambda _env, _profile=None: None)  # orphans: test_preflight
+    # The FUSE clients come from the Kubernetes API: tests/ops/test_fuse_roll.py
+    monkeypatch.setattr(status_cli, "fuse_checks", lambda _env, _context: [])
     addons = expected_addons(byoc.env)
     for _ in range(2):  # once for the table, once for --json
         _expect_cluster(sm_stub, eks_stub, _cluster(ClusterStatus="Updating") if degraded else _cluster())

@@ -15,6 +15,7 @@ from kvtier.config.environment import Environment
 from kvtier.k8s.base import KvtierChart, api_object
 from kvtier.k8s.curvine import names
 from kvtier.k8s.curvine.common import POD_SECURITY, RESTRICTED, RESTRICTED_READ_ONLY, env_var, field_env
+from kvtier.k8s.curvine.fuse_check import add_fuse_check
 from kvtier.k8s.placement import placement
 from kvtier.sizing import CSI_PLUGIN_RESOURCES, CSI_SIDECAR_RESOURCES
 
@@ -71,6 +72,7 @@ def csi_chart(app: cdk8s.App, env: Environment) -> KvtierChart:
     _controller(chart, env)
     _node(chart, env)
     _fuse_metrics(chart)
+    add_fuse_check(chart, env)  # what `kvtier l2 roll-fuse` mounts to start and check a node's new FUSE pod
     return chart
 
 

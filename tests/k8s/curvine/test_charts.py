@@ -112,6 +112,7 @@ def test_charts_come_in_apply_order() -> None:
 def test_namespaced_objects_are_in_the_curvine_namespace(name: str) -> None:
     cluster_scoped = {"Namespace", "StorageClass", "CSIDriver", "ClusterRole", "ClusterRoleBinding", "PriorityClass"}
     cluster_scoped |= {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}  # the healer's guard
+    cluster_scoped |= {"PersistentVolume"}  # the FUSE check's volume (issue 38)
     for obj in objects(name):
         if obj["kind"] in cluster_scoped:
             assert "namespace" not in obj["metadata"], obj["kind"]
@@ -658,13 +659,20 @@ def test_pods_select_their_role_and_tolerate_exactly_its_taints(
     assert {e["key"]: e["values"][0] for e in expressions} == placement(env, "gpu").node_selector
 
 
-def test_the_fuse_roll_procedure_uses_the_fuse_pods_real_label_and_namespace() -> None:
-    """docs/l2.md "Changing the FUSE pods' size": the commands select what curvine-csi labels its FUSE pods with."""
+def test_the_fuse_roll_docs_name_what_the_roll_uses() -> None:
+    """docs/l2.md "Upgrading the FUSE clients" (issue 38; the manual procedure it replaces was checked the same way):
+    the command, the mark it leaves on a node, and the FUSE check's pod and claim in Curvine's namespace."""
+    from kvtier.k8s.curvine import fuse_check
+    from kvtier.ops.fuse_roll import ROLL_ANNOTATION
+
     text = (ROOT / "docs" / "l2.md").read_text()
-    section = text.split("### Changing the FUSE pods' size", 1)[1].split("\n## ", 1)[0]
-    (label,) = [f"{k}={v}" for k, v in names.FUSE_POD_LABELS.items()]
-    commands = [line for line in section.splitlines() if line.startswith("kubectl")]
-    assert commands[0] == "kubectl cordon <node>" and commands[-2] == "kubectl uncordon <node>"
-    fuse = [c for c in commands if "-l " in c]
-    assert fuse and all(f"-n {names.NAMESPACE} " in c and f"-l {label} " in c for c in fuse)
-    assert any(c.startswith(f"kubectl -n {names.NAMESPACE} delete pod -l {label}") for c in fuse)
+    section = text.split("### Upgrading the FUSE clients", 1)[1].split("\n## ", 1)[0]
+    for words in (
+        "`kvtier l2 roll-fuse -e <env>`",
+        f"`{ROLL_ANNOTATION}`",
+        f"`{fuse_check.POD_PREFIX}<hash>` in `{names.NAMESPACE}`",
+        f"`{fuse_check.CLAIM}`",
+        "/kvtier/<env>/_fuse-check",
+    ):
+        assert words in section, words
+    assert fuse_check.curvine_path(env_named("dev")) == "/kvtier/dev/_fuse-check"
