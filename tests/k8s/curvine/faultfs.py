@@ -27,7 +27,7 @@ Faults (`set_fault(kind, **params)`), each what docs/references.md "Issue 22" sa
   - odirect_einval: reads of a file opened with O_DIRECT fail EINVAL (not Curvine: a FUSE daemon that hands O_DIRECT
     on to a backing file and reads into unaligned buffers, as this fixture did before issue 40; vLLM's fs tier probes
     O_DIRECT with a write only, so on such a mount every L2 load fails)
-Opens keep only the flags Curvine's FUSE keeps (`OPEN_FLAGS`): Curvine v0.4.1 turns the kernel's open flags into its
+Opens keep only the flags Curvine's FUSE keeps (`OPEN_FLAGS`): Curvine turns the kernel's open flags into its
 `OpenFlags` with `from_bits_truncate` (access mode, O_CREAT, O_EXCL, O_TRUNC, O_APPEND) and reads through its client,
 so O_DIRECT never reaches a backing store (docs/references.md "Issue 40"); the kernel's FUSE direct-I/O path serves
 an O_DIRECT read as any other.
@@ -57,8 +57,8 @@ from typing import Any
 from kvtier.bench.testserver import stop_process
 
 FAULTS = ("none", "master_down", "slow", "lost", "full", "hung", "odirect_einval")
-# CurvineIO/curvine@v0.4.1 crates/common/curvine-model/src/open_flags.rs `OpenFlags` (RDONLY, WRONLY, RDWR, CREAT,
-# EXCL, TRUNC, APPEND; `new` is from_bits_truncate), applied by curvine-fuse/src/fs/state/node_state.rs `fs_open`.
+# Curvine's `OpenFlags` (RDONLY, WRONLY, RDWR, CREAT, EXCL, TRUNC, APPEND; `new` is from_bits_truncate), applied to
+# the kernel's flags by its FUSE's `NodeState::new_handle` (docs/references.md "Issue 40").
 OPEN_FLAGS = os.O_ACCMODE | os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_APPEND
 MOUNT_TIMEOUT_S = 15.0
 UNMOUNT_TIMEOUT_S = 10.0
