@@ -414,11 +414,10 @@ def measure(
                     python, connector, tokens, found_mount, workdir, model_dir,
                     passes=passes, lock=lock, with_fault=with_fault,
                 )  # fmt: skip
-            except EngineError as err:
-                first = str(err).splitlines()[0][:300]
-                measured = [
-                    EnginePoint(connector, found_mount.name, tokens, 0, 0, 0, 0, failed=f"EngineError: {first}")
-                ]
+            except (EngineError, httpx.HTTPError, OSError) as err:  # a point that fails is a row; the run goes on
+                first = (str(err).splitlines() or [""])[0][:300]
+                why = f"{type(err).__name__}: {first}"
+                measured = [EnginePoint(connector, found_mount.name, tokens, 0, 0, 0, 0, failed=why)]
             finally:
                 shutil.rmtree(found_mount.root / f"engines-{connector}-{tokens}", ignore_errors=True)
             load = " / ".join(f"{value:.2f}" for value in os.getloadavg())

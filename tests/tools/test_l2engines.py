@@ -214,3 +214,22 @@ def test_a_run_measures_each_point_with_an_engine_pair_and_logs_each_row(
     assert fault.seen == ["odirect_einval", "none"]  # the fault is off again after its hit
     assert l2engines.read_log(log) == points
     assert not any(disk.iterdir()) and not any(fuse.iterdir())  # each point's L2 files are removed
+
+
+def test_a_point_whose_engines_do_not_start_is_a_row_and_the_run_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rendered = l2engines.launch_for
+
+    def no_server(*args: Any) -> tuple[Any, Any]:  # no `vllm` module to run: the engine exits at once
+        launch, endpoint = rendered(*args)
+        return replace(launch, env=launch.env | {"PYTHONPATH": str(tmp_path / "nothing")}), endpoint
+
+    monkeypatch.setattr(l2engines, "launch_for", no_server)
+    monkeypatch.setattr(l2engines, "build_model", lambda python, model: tmp_path / "model")
+    mounts = [benchl2.Mount(name, tmp_path / name, False) for name in ("tmpfs", "disk")]
+    for found in mounts:
+        found.root.mkdir()
+    points = l2engines.measure(Path(sys.executable), mounts, tmp_path / "scratch", [("lmcache", 256)], lock=None)
+    assert [p.mount for p in points] == ["tmpfs", "disk"]
+    assert all(p.failed.startswith("EngineError: ") and "exited with code 1" in p.failed for p in points)
