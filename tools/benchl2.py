@@ -269,8 +269,9 @@ def measure_engines(args: argparse.Namespace) -> str:
     passes = max(1, args.passes)
     if args.from_log:
         logged = l2engines.read_log(args.from_log)
-        last = logged[-1].detail.get("load_after", "not recorded") if logged else "not recorded"
-        return l2engines.section(logged, passes, "not recorded", last)
+        first, last = (logged[0].detail, logged[-1].detail) if logged else ({}, {})
+        before, after = first.get("load_before", "not recorded"), last.get("load_after", "not recorded")
+        return l2engines.section(logged, passes, before, after)
     load_before = load_average()
     lock = None if args.engine_lock == "none" else Path(args.engine_lock)
     with (

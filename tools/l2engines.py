@@ -407,6 +407,7 @@ def measure(
     points: list[EnginePoint] = []
     for found_mount in found:
         for connector, tokens in sizes:
+            load_before = " / ".join(f"{value:.2f}" for value in os.getloadavg())
             with_fault = faults and found_mount.fault is not None and connector == "vllm" and tokens == first_vllm
             workdir = scratch / f"engines-{connector}-{tokens}-{found_mount.name}"
             try:
@@ -422,7 +423,7 @@ def measure(
                 shutil.rmtree(found_mount.root / f"engines-{connector}-{tokens}", ignore_errors=True)
             load = " / ".join(f"{value:.2f}" for value in os.getloadavg())
             for point in measured:
-                point.detail["load_after"] = load
+                point.detail.update(load_before=load_before, load_after=load)
                 points.append(point)
                 print(f"benchl2: {point.connector} {point.mount} {point.tokens}: engine {_gbs(point.engine)} GB/s, "
                       f"plain {_gbs(point.plain)} GB/s, ratio {point.ratio:.2f} {point.failed}", file=sys.stderr, flush=True)  # fmt: skip
@@ -477,7 +478,9 @@ def section(points: Sequence[EnginePoint], passes: int, load_before: str, load_a
         if any(p.connector == c and not p.failed for p in points)
     }
     summary = ", ".join(f"{TITLES[c]} {min(r):.2f}-{max(r):.2f}" for c, r in ratios.items())
-    fits = "; ".join([*render.MACHINE_FIT, *vllm_scenario.LOCAL_FIT, *LOCAL_FIT])
+    replaced = ("--model", "cpu_bytes_to_use")  # this benchmark's own model and CPU tier (LOCAL_FIT) replace these
+    shared = [fit for fit in (*render.MACHINE_FIT, *vllm_scenario.LOCAL_FIT) if not fit.startswith(replaced)]
+    fits = "; ".join([*shared, *LOCAL_FIT])
     lines = [
         "## L2 read efficiency in real engines (`make bench-l2`, engine mode)",
         "",

@@ -106,6 +106,7 @@ def test_the_section_has_a_row_a_point_and_says_what_is_not_measured() -> None:
     assert "| vLLM fs tier | fuse | 32 | 4.2 | 2.00 | 1.60 | 0.80 |  | no (buffered) |" in text
     assert "LMCache `fs://` 0.90-0.90, vLLM fs tier 0.80-0.80" in text
     assert "GPU copy is not measured" in text
+    assert text.count("--model:") == 1 and text.count("cpu_bytes_to_use") == 1  # this benchmark's, not the suite's
 
 
 def test_a_stopped_run_keeps_its_rows_in_the_log(tmp_path: Path) -> None:
