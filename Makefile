@@ -55,7 +55,7 @@ help:
 	@echo "make bench-client client CPU per request, kvtier bench vs vllm bench serve (engine venv), write docs/benchmarks.md"
 	@echo "make bench-janitor one janitor pass over 1,000,000 files: time and memory, write docs/benchmarks.md"
 	@echo "make bench-sim-scale kvtier simulate vs a bare replay at 360,930 and 1,000,000 requests (SIM_TRACE=...)"
-	@echo "make bench-l2     L2 read rate of each connector vs a plain reader on tmpfs, disk, FUSE (engine venv)"
+	@echo "make bench-l2     L2 read rate of each connector (its storage code, then real engines under the engine lock) vs a plain reader on tmpfs, disk, FUSE"
 	@echo "make crds         fetch the pinned upstream CRDs into .crds/ (needs network)"
 	@echo "make promtool     install promtool (Debian prometheus) where missing, for the rule tests"
 	@echo "make fuse         install fusermount3 and libfuse3 (Debian fuse3) where missing, for the L2 fault tests"

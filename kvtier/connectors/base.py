@@ -98,6 +98,8 @@ class HitMetrics:
     reported: tuple[Series, ...]  # the probe's counters, in its report's order
     l2_io: tuple[tuple[str, Series], ...]  # `kvtier bench`'s L2 traffic: (column, series)
     l2_name: str  # where a hit came from, in the probe's message ("L2", "vLLM's fs tier")
+    # Loads from L2 that failed after the lookup found the blocks (each then computed again); None: not counted.
+    load_failures: Series | None = None
 
 
 @dataclass(frozen=True)
@@ -274,6 +276,13 @@ class Connector(ABC):
     def probe_miss_cause(self, a_written: float, b_looked_up: float | None, loaded: bool) -> str:
         """Why `verify --probe` saw no hit: A's L2 write bytes, B's looked-up tokens, and whether `hits.loaded`
         showed on B at all."""
+
+    def probe_load_failure_cause(self, failures: float) -> str:
+        """Why `verify --probe` saw no hit when B found the blocks but `hits.load_failures` counted failed loads."""
+        return (
+            f"pod B found the prompt in {self.hits.l2_name} but {failures:g} load(s) from it failed, so it computed "
+            "the prompt again; the pod's log names the error"
+        )
 
 
 def weights_fact(endpoint: Endpoint) -> str | None:

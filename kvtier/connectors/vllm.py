@@ -51,6 +51,9 @@ IMAGE_VLLM_VERSIONS: dict[str, str] = {NATIVE_VLLM_IMAGE: NATIVE_VLLM_VERSION}
 OFFLOAD_TIER_READ_BYTES = "vllm:kv_offload_tiering_read_bytes_total"  # a secondary tier's reads (promotions)
 OFFLOAD_TIER_WRITE_BYTES = "vllm:kv_offload_tiering_write_bytes_total"  # a secondary tier's writes (cascades)
 OFFLOAD_TIER_CHUNK_QUERIES = "vllm:kv_offload_tiering_chunk_queries_total"
+# A promotion job (one request's blocks of one scheduler step, loaded from a secondary tier) that failed: its blocks
+# are computed again (`kv_load_failure_policy: recompute`), so the request succeeds and only this counter tells.
+OFFLOAD_TIER_PROMOTION_FAILURES = "vllm:kv_offload_tiering_promotion_job_failures_total"
 OFFLOAD_TIER_CHUNK_HITS = "vllm:kv_offload_tiering_chunk_hits_total"
 OFFLOAD_TIER_LABEL = "tier"
 OFFLOAD_FS_TIER = "1:fs"  # the first (and only) secondary tier kvtier renders
@@ -101,6 +104,7 @@ class VllmConnector(Connector):
             ("write_bytes", Series(OFFLOAD_TIER_WRITE_BYTES, FS_TIER_LABELS)),
         ),
         l2_name="vLLM's fs tier",
+        load_failures=Series(OFFLOAD_TIER_PROMOTION_FAILURES, FS_TIER_LABELS),
     )
     # vLLM 0.32.0's fs tier loading an L2 hit into its CPU tier (one pool job a hit: its C extension reads the
     # blocks one after another, O_DIRECT where the mount takes it), over a plain reader of the same files on tmpfs.
@@ -279,6 +283,17 @@ class VllmConnector(Connector):
             "pod B asked but read nothing from its fs tier although A wrote: the pods hash differently "
             "(PYTHONHASHSEED, --prefix-caching-hash-algo, --block-size, --model) or use different fs directories "
             "(root_dir, identity); run `kvtier verify`"
+        )
+
+    def probe_load_failure_cause(self, failures: float) -> str:
+        """vLLM 0.32's fs tier reads with O_DIRECT whenever its start-up probe, one O_DIRECT write, passed
+        (vllm/v1/kv_offload/tiering/fs/io.py `probe_o_direct`); it has no setting to read without it. A mount that
+        takes O_DIRECT writes but fails O_DIRECT reads fails every load, and each hit is silently computed again."""
+        return (
+            f"pod B found the prompt in its fs tier but {failures:g} load job(s) failed "
+            f"({OFFLOAD_TIER_PROMOTION_FAILURES}), so it computed the prompt again: every L2 hit is a recompute. "
+            "vLLM's fs tier reads with O_DIRECT after probing it with a write only; check that the L2 mount serves "
+            "O_DIRECT reads (the pod's log says 'block I/O failed' with the error; Curvine's FUSE does, docs/l2.md)"
         )
 
 

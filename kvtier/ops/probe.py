@@ -189,6 +189,7 @@ async def _wait_for_lookup(
             total(now, hits.lookup_tokens.name, **dict(hits.lookup_tokens.labels)) is None
             or (_delta(before, now, hits.l2_read_bytes) or 0) > 0
             or (looked_up > 0 and not _delta(before, now, hits.lookup_hits))
+            or (hits.load_failures is not None and (_delta(before, now, hits.load_failures) or 0) > 0)
             or time.monotonic() >= deadline
         ):
             return now
@@ -235,6 +236,9 @@ async def probe_pair(
         result.message = (
             f"pod B took {result.hit_tokens} prompt tokens from {hits.l2_name} ({result.l2_read_bytes} bytes read)"
         )
+    elif hits.load_failures is not None and (failed := _delta(before_b, after_b, hits.load_failures) or 0) > 0:
+        result.counters[hits.load_failures.key] = failed
+        result.message = connector.probe_load_failure_cause(failed)
     else:
         loaded = total(after_b, hits.loaded.name, **dict(hits.loaded.labels)) is not None
         result.message = connector.probe_miss_cause(written, _delta(before_b, after_b, hits.lookup_tokens), loaded)

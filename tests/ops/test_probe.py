@@ -204,3 +204,21 @@ def test_vllm_connector_pods_without_the_fs_tier_say_so(capsys: pytest.CaptureFi
     (result,) = json.loads(capsys.readouterr().out)["results"]
     assert code == ExitCode.PROBLEMS and result["outcome"] == "miss", result
     assert "no vllm:kv_offload_tiering_* series" in result["message"]
+
+
+def test_vllm_connector_loads_that_fail_are_named_not_taken_for_hashing(capsys: pytest.CaptureFixture[str]) -> None:
+    """B's fs tier finds A's blocks but every load fails (vLLM 0.32 on a mount that fails O_DIRECT reads: a real
+    engine counts a promotion job failure and recomputes, tools/l2engines.py): the probe names the failed loads and
+    O_DIRECT, not a hashing difference."""
+    failing = Behaviour(fs_tier_metrics=True, lmcache_metrics=False, fs_reads_fail=True)
+    with FakeCluster(2, failing) as shared:
+        a, b = shared.servers
+        code = run_probe(
+            _vllm_connector(CONFIG), StubAccess(a.url, b.url), as_json=True, timing=ProbeTiming(settle_s=1.0)
+        )
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert code == ExitCode.PROBLEMS and result["outcome"] == "miss", result
+    assert result["a_write_bytes"] > 0 and result["hit_tokens"] == 0 and result["l2_read_bytes"] == 0
+    assert "1 load job(s) failed" in result["message"] and "O_DIRECT" in result["message"], result["message"]
+    assert "hash differently" not in result["message"]
+    assert result["counters"]["vllm:kv_offload_tiering_promotion_job_failures_total{tier='1:fs'}"] == 1

@@ -24,6 +24,13 @@ Faults (`set_fault(kind, **params)`), each what docs/references.md "Issue 22" sa
   - lost(paths=[...]): reads of these files (paths relative to the mount) fail EIO
   - full: writes and creates fail ENOSPC
   - hung: every operation blocks until the fault changes (bounded by HUNG_LIMIT_S, then EIO)
+  - odirect_einval: reads of a file opened with O_DIRECT fail EINVAL (not Curvine: a FUSE daemon that hands O_DIRECT
+    on to a backing file and reads into unaligned buffers, as this fixture did before issue 40; vLLM's fs tier probes
+    O_DIRECT with a write only, so on such a mount every L2 load fails)
+Opens keep only the flags Curvine's FUSE keeps (`OPEN_FLAGS`): Curvine turns the kernel's open flags into its
+`OpenFlags` with `from_bits_truncate` (access mode, O_CREAT, O_EXCL, O_TRUNC, O_APPEND) and reads through its client,
+so O_DIRECT never reaches a backing store (docs/references.md "Issue 40"); the kernel's FUSE direct-I/O path serves
+an O_DIRECT read as any other.
 Mounting and unmounting are bounded in time; the exit path always lazily unmounts (`fusermount3 -uz`) and stops the
 daemon by PID, whatever happened inside the block.
 
@@ -49,7 +56,10 @@ from typing import Any
 
 from kvtier.bench.testserver import stop_process
 
-FAULTS = ("none", "master_down", "slow", "lost", "full", "hung")
+FAULTS = ("none", "master_down", "slow", "lost", "full", "hung", "odirect_einval")
+# Curvine's `OpenFlags` (RDONLY, WRONLY, RDWR, CREAT, EXCL, TRUNC, APPEND; `new` is from_bits_truncate), applied to
+# the kernel's flags by its FUSE's `NodeState::new_handle` (docs/references.md "Issue 40").
+OPEN_FLAGS = os.O_ACCMODE | os.O_CREAT | os.O_EXCL | os.O_TRUNC | os.O_APPEND
 MOUNT_TIMEOUT_S = 15.0
 UNMOUNT_TIMEOUT_S = 10.0
 HUNG_LIMIT_S = 300.0  # a "hung" op gives up eventually, so a forgotten fault never outlives the test session
@@ -242,10 +252,14 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             time.sleep(float(fault.get("block_s", 2.0)))
             raise fail(errno.EIO)
 
-    def data_read(path: str) -> None:
+    direct_handles: set[int] = set()  # handles opened with O_DIRECT (what the odirect_einval fault fails)
+
+    def data_read(path: str, fh: int) -> None:
         hang_while_hung()
         fault = faults.get()
         kind = fault.get("kind")
+        if kind == "odirect_einval" and fh in direct_handles:
+            raise fail(errno.EINVAL)
         if kind == "slow":
             time.sleep(float(fault.get("delay_s", 2.0)))
             raise fail(errno.ETIMEDOUT)
@@ -289,7 +303,10 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             metadata_op()
             if flags & (os.O_WRONLY | os.O_RDWR | os.O_TRUNC):
                 data_write()
-            return int(passthrough(os.open, real(path), flags))
+            fh = int(passthrough(os.open, real(path), flags & OPEN_FLAGS))
+            if flags & os.O_DIRECT:
+                direct_handles.add(fh)
+            return fh
 
         def create(self, path: str, mode: int, fi: Any = None) -> int:  # noqa: ARG002 (libfuse's signature)
             metadata_op()
@@ -297,7 +314,7 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             return int(passthrough(os.open, real(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode))
 
         def read(self, path: str, size: int, offset: int, fh: int) -> bytes:
-            data_read(path)
+            data_read(path, fh)
             return bytes(passthrough(os.pread, fh, size, offset))
 
         def write(self, path: str, data: bytes, offset: int, fh: int) -> int:  # noqa: ARG002 (libfuse's signature)
@@ -320,6 +337,7 @@ def _serve(source: str, mountpoint: str, control: str) -> None:
             return 0
 
         def release(self, path: str, fh: int) -> int:  # noqa: ARG002 (libfuse's signature)
+            direct_handles.discard(fh)
             os.close(fh)
             return 0
 

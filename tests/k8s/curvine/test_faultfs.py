@@ -4,6 +4,7 @@ time, and the mount is gone afterwards on every path (a hung operation and a kil
 from __future__ import annotations
 
 import errno
+import mmap
 import os
 import threading
 import time
@@ -60,6 +61,33 @@ def test_each_fault_answers_as_curvine_does(tmp_path: Path) -> None:
         fs.kill_daemon()
         assert errno_of(lambda: listdir(fs.path)) == "ENOTCONN", "a dead FUSE pod's bind mount"
     assert not _is_mounted(tmp_path / "mnt")
+
+
+def direct_read(path: Path, size: int) -> int:
+    """What vLLM's fs tier does to load a block: open with O_DIRECT, read into page-aligned memory."""
+    buffer = mmap.mmap(-1, size)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            return os.readv(fd, [memoryview(buffer)])
+        finally:
+            os.close(fd)
+    finally:
+        buffer.close()
+
+
+def test_o_direct_reads_work_as_on_curvine_unless_the_fault_fails_them(tmp_path: Path) -> None:
+    """Curvine's FUSE keeps only the access mode, O_CREAT, O_EXCL, O_TRUNC and O_APPEND of an open (its `OpenFlags`),
+    so an O_DIRECT read reaches it as any other; `odirect_einval` is the FUSE daemon that passes O_DIRECT on."""
+    with mount(tmp_path) as fs:
+        block = os.urandom(1 << 20)
+        (fs.path / "block.bin").write_bytes(block)
+        assert direct_read(fs.path / "block.bin", len(block)) == len(block)
+        fs.set_fault("odirect_einval")
+        assert errno_of(lambda: direct_read(fs.path / "block.bin", len(block))) == "EINVAL"
+        assert (fs.path / "block.bin").read_bytes() == block, "buffered reads still work"
+        fs.set_fault("none")
+        assert direct_read(fs.path / "block.bin", len(block)) == len(block)
 
 
 def test_a_hung_op_waits_for_release_and_never_hangs_the_unmount(tmp_path: Path) -> None:
