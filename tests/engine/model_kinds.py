@@ -40,6 +40,7 @@ from kvtier.config.loader import Config
 from kvtier.connectors import connector_for
 from kvtier.connectors.lmcache import LMCacheConnector
 from kvtier.rules import load_checked
+from kvtier.sizing import engine_disk
 from tests.engine import render, vllm_scenario
 from tests.engine.engines import Engine, Engines
 from tests.engine.scenario import (
@@ -400,7 +401,7 @@ def prepare(
         )
         if refused:  # kvtier refuses the pair: no engines for it (the support table's "refused" cell)
             continue
-        rendered = render.standalone(config, LOB, endpoint)
+        rendered = render.standalone(config, LOB, endpoint, engine_disk(endpoint, model))
         for role in ("A", "B"):
             key = f"{connector}-{role}"
             launches.append((key, _localize(connector, rendered, workdir, key, l2_root, model_dir, kind)))

@@ -28,6 +28,7 @@ from kvtier import serving
 from kvtier.config.endpoint import Endpoint
 from kvtier.config.loader import Config
 from kvtier.connectors import lmcache
+from kvtier.sizing import EngineDisk
 
 URL_PREFIX = "fs://localhost:0"
 L1_GIB = 1  # pinned host memory per engine; the example's 24 GiB would not fit this machine next to other engines
@@ -89,10 +90,11 @@ def endpoint_of(config: Config, lob: str, name: str) -> Endpoint:
     return next(e for e in config.lob(lob).endpoints if e.name == name)
 
 
-def standalone(config: Config, lob: str, endpoint: Endpoint) -> Rendered:
+def standalone(config: Config, lob: str, endpoint: Endpoint, disk: EngineDisk | None = None) -> Rendered:
+    """`disk`: the engine's disk, for a model the catalog does not know (the LOB stack passes it the same way)."""
     from kvtier.k8s.standalone import engine_config_map, engine_deployment
 
-    pod = engine_deployment(config.env, lob, endpoint)["spec"]["template"]["spec"]
+    pod = engine_deployment(config.env, lob, endpoint, disk)["spec"]["template"]["spec"]
     container = pod["containers"][0]
     files: dict[str, str] = {}
     config_maps = {v["configMap"]["name"]: v["name"] for v in pod["volumes"] if "configMap" in v}
