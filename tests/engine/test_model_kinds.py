@@ -31,6 +31,7 @@ from tests.engine.model_kinds import (
     PairRun,
     cpu_flags,
     missing_isa,
+    rotary_check,
     scenario,
 )
 from tests.engine.model_kinds_report import write as write_section
@@ -123,6 +124,28 @@ def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str, re
     for role in ("A", "B"):
         got = pair.readings[role].token_ids
         assert got == reference, f"{run.kind}/{connector} {role}: {got} != tiers off {reference}"
+
+
+@pytest.mark.engine
+def test_vllm_cpu_rotary_kernel_depends_on_the_step_for_mla_tensors_only() -> None:
+    """The upstream engine limitation behind MLA_ON_CPU, shown on vLLM-CPU's own kernel (tests/engine/mla_rope.py, no
+    engine): on the tensors a GQA layer passes, `torch.ops._C.rotary_embedding` rotates as vLLM's PyTorch code does and
+    a token's rotation is the same whatever else the step computes; on the ones DeepSeek-V2's MLA layer passes (a
+    [tokens, heads, rope] view, and k_pe inside the [tokens, latent + rope] projection), it is neither, and it writes
+    into the latent the layer caches. So the KV and output of an MLA token depend on how the prompt was batched. If
+    this fails, vLLM-CPU has fixed its kernel: the MLA expectation of failure goes (docs/l2.md, "Model kinds and
+    connectors"; docs/references.md)."""
+    python = os.environ.get("KVTIER_ENGINE_PYTHON")
+    if not python or not Path(python).exists():
+        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
+    result = rotary_check(python)
+    gqa, mla = result["gqa"], result["mla"]
+    rounding = 0.02  # bf16: the kernel rotates in fp32 and rounds once, PyTorch rounds per operation
+    assert gqa["query_vs_native"] <= rounding * gqa["scale"] and gqa["key_vs_native"] <= rounding * gqa["scale"], gqa
+    assert gqa["token0_query_alone_vs_in_step"] == gqa["token0_key_alone_vs_in_step"] == 0, gqa
+    assert mla["query_vs_native"] > 0.5 * mla["scale"] and mla["key_vs_native"] > 0.5 * mla["scale"], mla
+    assert mla["token0_query_alone_vs_in_step"] > 0.5 * mla["scale"], mla
+    assert mla["latent_rows_overwritten"], mla
 
 
 @pytest.mark.engine
