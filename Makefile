@@ -25,7 +25,7 @@ LMCACHE_VERSION := 0.4.3
 ENGINE_LOCK := requirements-engine.txt
 ENGINE_VENV := .venv-engine
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
-# A bound, not a budget: the suite takes about 35-40 minutes on CI's 2 loaded cores (docs/benchmarks.md, its time
+# A bound, not a budget: the suite took 23.5 minutes on 2 loaded cores (docs/benchmarks.md, its time
 # table); CI's own limit is 90 minutes for make test and this together.
 ENGINE_TIMEOUT_S ?= 3300
 
@@ -45,7 +45,7 @@ endif
 help:
 	@echo "make synth        set up, then synthesize the default environment into cdk.out/ and dist/"
 	@echo "make test         set up, then run the linters and the whole test suite (lint + pytest, in parallel)"
-	@echo "make test-engine  real vLLM-CPU + LMCache engines with kvtier's settings: cross-replica L2 hits (5-20 min; CI runs it)"
+	@echo "make test-engine  real vLLM-CPU + LMCache engines with kvtier's settings: cross-replica L2 hits (about 25 min; CI runs it)"
 	@echo "make setup        create .venv/ and node_modules/ (every other target does this first)"
 	@echo "make lint         ruff check, ruff format --check, mypy --strict"
 	@echo "make pytest       the test suite"
